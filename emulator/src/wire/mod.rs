@@ -1,0 +1,1 @@
+//! RoCEv2 wire format (being written).

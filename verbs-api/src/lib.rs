@@ -1,0 +1,24 @@
+//! The softverbs contract: plain data types that mirror `verbs.h` semantics and the backend
+//! traits that the emulator (and later the hardware passthrough and a C ABI) implement.
+//!
+//! Nothing here does I/O and nothing here is `unsafe`; the safe, ownership-checked handles
+//! that applications use live in the `softverbs` crate.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod device;
+pub mod error;
+pub mod flags;
+pub mod qp;
+pub mod qp_transition;
+pub mod wc;
+pub mod wr;
+
+pub use backend::{DeviceInfo, PostError, VerbsContext};
+pub use device::{DeviceAttr, Gid, GidEntry, GidType, Mtu, PortAttr, PortState};
+pub use error::{VerbsError, VerbsResult};
+pub use flags::{AccessFlags, SendFlags, WcFlags};
+pub use qp::{QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType};
+pub use wc::{WcOpcode, WcStatus, WorkCompletion};
+pub use wr::{RecvWr, SendWr, Sge, WrOpcode};
