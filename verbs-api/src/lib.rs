@@ -20,5 +20,6 @@ pub use device::{DeviceAttr, Gid, GidEntry, GidType, Mtu, PortAttr, PortState};
 pub use error::{VerbsError, VerbsResult};
 pub use flags::{AccessFlags, SendFlags, WcFlags};
 pub use qp::{QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType};
+pub use qp_transition::ModifyLimits;
 pub use wc::{WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{RecvWr, SendWr, Sge, WrOpcode};
