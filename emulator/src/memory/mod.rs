@@ -1,0 +1,17 @@
+//! Memory regions: the MR table, key generation, bounds and access checks, and the only
+//! `unsafe` code of the emulator (the raw copies in `region.rs`).
+//!
+//! Every address that reaches memory, from a local SGE or from a peer's packet, goes through
+//! [`MrTable`], which checks key, protection domain, access flags and bounds before any copy;
+//! a refused access returns a [`MemError`] and changes no byte.
+
+mod error;
+mod keys;
+mod region;
+mod table;
+
+pub use error::MemError;
+pub use table::MrTable;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,388 @@
+//! The device's memory-region table: registration, key lookup and every checked access.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::RwLock;
+use softverbs_api::backend::MrKeys;
+use softverbs_api::{AccessFlags, Sge, VerbsError, VerbsResult};
+
+use super::error::MemError;
+use super::keys::{KeyGen, KeyLayout, MAX_SLOTS};
+use super::region::{Region, Span};
+
+/// Access bits `ibv_reg_mr` knows (the kernel's `IB_ACCESS_SUPPORTED` without the optional
+/// range): LOCAL_WRITE .. FLUSH_PERSISTENT.
+const REG_KNOWN: u32 = (AccessFlags::FLUSH_PERSISTENT.0 << 1) - 1;
+/// The "optional" access bits (`IB_UVERBS_ACCESS_OPTIONAL_RANGE`, bits 20..29, e.g.
+/// RELAXED_ORDERING): a device that does not implement one ignores it instead of failing.
+const REG_OPTIONAL: u32 = 0x3ff << 20;
+
+/// The memory regions of one device. `Send + Sync`; every method takes `&self`.
+///
+/// Copies run under the table's read lock and `deregister` takes the write lock, so once
+/// `deregister` returns no copy touches the region any more. Checks on every access, in order:
+/// the key names a live region, its PD is the caller's, the region allows the access, and the
+/// whole range lies inside it; nothing is copied unless all of them pass.
+pub struct MrTable {
+    inner: RwLock<Inner>,
+}
+
+struct Inner {
+    /// Slot per index; grows up to `max_mr` entries.
+    slots: Vec<Slot>,
+    /// Freed indices, reused oldest first so that a stale key meets a reused slot late.
+    free: VecDeque<u32>,
+    max_mr: u32,
+    layout: KeyLayout,
+    keygen: KeyGen,
+    /// Number of regions per PD.
+    pd_regions: HashMap<u32, u32>,
+}
+
+struct Slot {
+    region: Option<Region>,
+    /// Tags of the last region in this slot, which its next region must not reuse.
+    old_tags: [u32; 2],
+}
+
+impl Inner {
+    fn region_by(&self, key: u32, remote: bool) -> Result<&Region, MemError> {
+        let region = self
+            .slots
+            .get(self.layout.index(key))
+            .and_then(|s| s.region.as_ref())
+            .ok_or(MemError::InvalidKey)?;
+        let expected = if remote { region.rkey } else { region.lkey };
+        if expected == key {
+            Ok(region)
+        } else {
+            Err(MemError::InvalidKey)
+        }
+    }
+
+    /// The checked span `[va, va + len)` of the region `key` names, for an access needing `need`.
+    fn span(
+        &self,
+        pd: u32,
+        key: u32,
+        remote: bool,
+        need: AccessFlags,
+        va: u64,
+        len: u64,
+    ) -> Result<Span<'_>, MemError> {
+        let region = self.region_by(key, remote)?;
+        if region.pd != pd {
+            return Err(MemError::PdMismatch);
+        }
+        if !region.access.contains(need) {
+            return Err(MemError::AccessDenied);
+        }
+        region.span(va, len)
+    }
+}
+
+impl MrTable {
+    /// A table for at most `max_mr` regions (clamped to 2^24, so that keys keep at least 8
+    /// random bits; see the key scheme in `keys.rs`).
+    pub fn new(max_mr: u32) -> MrTable {
+        let max_mr = max_mr.min(MAX_SLOTS);
+        MrTable {
+            inner: RwLock::new(Inner {
+                slots: Vec::new(),
+                free: VecDeque::new(),
+                max_mr,
+                layout: KeyLayout::for_slots(max_mr),
+                keygen: KeyGen::new(),
+                pd_regions: HashMap::new(),
+            }),
+        }
+    }
+
+    /// `ibv_reg_mr` of `[addr, addr + length)` in `pd`.
+    ///
+    /// Checks as the kernel does (`ib_check_mr_access`, `ib_umem_get`): REMOTE_WRITE or
+    /// REMOTE_ATOMIC without LOCAL_WRITE, unknown access bits (outside LOCAL_WRITE ..
+    /// FLUSH_PERSISTENT and the ignored optional bits 20..29), a zero length (the kernel
+    /// refuses a region of no pages), a null address, and a range that wraps around the
+    /// address space give EINVAL; ON_DEMAND gives EOPNOTSUPP, as on rxe; a full table gives
+    /// ENOMEM. ZERO_BASED and HUGETLB are accepted and ignored for a user region, as in rxe;
+    /// MW_BIND is recorded. The keys address the region by `addr` (iova = addr).
+    ///
+    /// The table reads and writes `[addr, addr + length)` from any thread until
+    /// [`MrTable::deregister`] returns: the caller must keep it allocated that long, which is
+    /// the contract of `VerbsContext::reg_mr` that the safe `softverbs::Mr` upholds.
+    pub fn register(
+        &self,
+        pd: u32,
+        addr: u64,
+        length: u64,
+        access: AccessFlags,
+    ) -> VerbsResult<MrKeys> {
+        let bits = access.bits();
+        if bits & !(REG_KNOWN | REG_OPTIONAL) != 0 {
+            return Err(VerbsError::inval(format!(
+                "reg_mr: unknown access flags {:#x}",
+                bits & !(REG_KNOWN | REG_OPTIONAL)
+            )));
+        }
+        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(VerbsError::inval(
+                "reg_mr: REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE",
+            ));
+        }
+        if access.contains(AccessFlags::ON_DEMAND) {
+            return Err(VerbsError::NotSupported("reg_mr: on-demand paging".into()));
+        }
+        if length == 0 {
+            return Err(VerbsError::inval("reg_mr: zero length"));
+        }
+        if addr == 0 {
+            return Err(VerbsError::inval("reg_mr: null address"));
+        }
+        let host = usize::try_from(addr)
+            .ok()
+            .filter(|h| length <= usize::MAX as u64 && h.checked_add(length as usize).is_some())
+            .ok_or_else(|| VerbsError::inval("reg_mr: range wraps around the address space"))?;
+        // Optional bits this device does not implement are dropped, as the kernel does.
+        let access = AccessFlags(bits & REG_KNOWN);
+
+        let mut guard = self.inner.write();
+        let inner = &mut *guard;
+        let index = match inner.free.pop_front() {
+            Some(i) => i,
+            None if (inner.slots.len() as u64) < u64::from(inner.max_mr) => {
+                inner.slots.push(Slot {
+                    region: None,
+                    old_tags: [0; 2],
+                });
+                (inner.slots.len() - 1) as u32
+            }
+            None => {
+                return Err(VerbsError::nomem(format!(
+                    "reg_mr: all {} memory regions in use",
+                    inner.max_mr
+                )))
+            }
+        };
+        let tag_bits = inner.layout.tag_bits();
+        let slot = &mut inner.slots[index as usize];
+        let ltag = inner.keygen.tag(tag_bits, &slot.old_tags);
+        let rtag = inner
+            .keygen
+            .tag(tag_bits, &[slot.old_tags[0], slot.old_tags[1], ltag]);
+        let keys = MrKeys {
+            lkey: inner.layout.key(index, ltag),
+            rkey: inner.layout.key(index, rtag),
+        };
+        slot.old_tags = [ltag, rtag];
+        slot.region = Some(Region {
+            pd,
+            iova: addr,
+            host,
+            len: length,
+            access,
+            lkey: keys.lkey,
+            rkey: keys.rkey,
+        });
+        *inner.pd_regions.entry(pd).or_insert(0) += 1;
+        Ok(keys)
+    }
+
+    /// `ibv_dereg_mr` of the region whose lkey is `lkey` (EINVAL if there is none). Waits for
+    /// copies in flight; once it returns, nothing touches the region.
+    pub fn deregister(&self, lkey: u32) -> VerbsResult<()> {
+        let mut guard = self.inner.write();
+        let inner = &mut *guard;
+        let index = inner.layout.index(lkey);
+        let slot = inner
+            .slots
+            .get_mut(index)
+            .filter(|s| s.region.as_ref().is_some_and(|r| r.lkey == lkey))
+            .ok_or_else(|| VerbsError::inval(format!("dereg_mr: no region with lkey {lkey:#x}")))?;
+        let region = slot.region.take().expect("checked above");
+        if let Some(n) = inner.pd_regions.get_mut(&region.pd) {
+            *n -= 1;
+            if *n == 0 {
+                inner.pd_regions.remove(&region.pd);
+            }
+        }
+        inner.free.push_back(index as u32);
+        Ok(())
+    }
+
+    /// True while `pd` has registered regions (`ibv_dealloc_pd` must then fail with EBUSY).
+    pub fn pd_in_use(&self, pd: u32) -> bool {
+        self.inner.read().pd_regions.contains_key(&pd)
+    }
+
+    /// Local gather for a send: appends the bytes of `sges`, in order, to `out`.
+    ///
+    /// Each SGE must name by lkey a region of `pd` that holds all of `[addr, addr + length)`;
+    /// zero-length SGEs are skipped without looking at their key, as rxe does. Nothing is
+    /// appended unless every SGE passes.
+    pub fn gather(&self, pd: u32, sges: &[Sge], out: &mut Vec<u8>) -> Result<(), MemError> {
+        let inner = self.inner.read();
+        let mut spans = Vec::with_capacity(sges.len());
+        for sge in sges.iter().filter(|s| s.length > 0) {
+            spans.push(inner.span(
+                pd,
+                sge.lkey,
+                false,
+                AccessFlags::empty(),
+                sge.addr,
+                sge.length.into(),
+            )?);
+        }
+        out.reserve(spans.iter().map(Span::len).sum());
+        for span in &spans {
+            span.append_to(out);
+        }
+        Ok(())
+    }
+
+    /// Local scatter for a receive or a read response: writes `data` into the scatter list
+    /// `sges` starting at byte `offset` of the list (for the later packets of a message).
+    ///
+    /// `LengthExceeded` if `offset + data.len()` is beyond the list's total length. Every SGE
+    /// the data reaches must name by lkey a region of `pd` with LOCAL_WRITE that holds the
+    /// whole SGE; zero-length SGEs are skipped. Nothing is written unless all of that holds.
+    pub fn scatter(&self, pd: u32, sges: &[Sge], offset: u64, data: &[u8]) -> Result<(), MemError> {
+        let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= total)
+            .ok_or(MemError::LengthExceeded)?;
+        let inner = self.inner.read();
+        // (span to write, the part of `data` it receives)
+        let mut pieces = Vec::new();
+        let mut sge_start = 0u64;
+        for sge in sges {
+            let sge_end = sge_start + u64::from(sge.length);
+            if sge.length > 0 && sge_end > offset && sge_start < end {
+                let whole = inner.span(
+                    pd,
+                    sge.lkey,
+                    false,
+                    AccessFlags::LOCAL_WRITE,
+                    sge.addr,
+                    sge.length.into(),
+                )?;
+                let lo = offset.max(sge_start);
+                let hi = end.min(sge_end);
+                let part = whole.sub((lo - sge_start) as usize, (hi - lo) as usize);
+                pieces.push((part, (lo - offset) as usize..(hi - offset) as usize));
+            }
+            sge_start = sge_end;
+        }
+        for (span, range) in pieces {
+            span.write_from(&data[range]);
+        }
+        Ok(())
+    }
+
+    /// Validates a whole SGE list up front (key, PD, `need` access, bounds; zero-length SGEs
+    /// skipped) and returns its total length in bytes.
+    pub fn check_sges(&self, pd: u32, sges: &[Sge], need: AccessFlags) -> Result<u64, MemError> {
+        let inner = self.inner.read();
+        let mut total = 0u64;
+        for sge in sges.iter().filter(|s| s.length > 0) {
+            inner.span(pd, sge.lkey, false, need, sge.addr, sge.length.into())?;
+            total += u64::from(sge.length);
+        }
+        Ok(total)
+    }
+
+    /// A peer's RDMA WRITE of `data` at `va` through `rkey`, for a QP of `pd`: needs
+    /// REMOTE_WRITE. A zero-length write touches nothing and checks nothing (IB spec C9-88, as
+    /// rxe).
+    pub fn remote_write(&self, pd: u32, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let inner = self.inner.read();
+        inner
+            .span(
+                pd,
+                rkey,
+                true,
+                AccessFlags::REMOTE_WRITE,
+                va,
+                data.len() as u64,
+            )?
+            .write_from(data);
+        Ok(())
+    }
+
+    /// A peer's RDMA READ of `len` bytes at `va` through `rkey`, for a QP of `pd`: needs
+    /// REMOTE_READ; appends the bytes to `out`. A zero-length read checks nothing (C9-88).
+    pub fn remote_read(
+        &self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        len: u32,
+        out: &mut Vec<u8>,
+    ) -> Result<(), MemError> {
+        if len == 0 {
+            return Ok(());
+        }
+        let inner = self.inner.read();
+        inner
+            .span(pd, rkey, true, AccessFlags::REMOTE_READ, va, len.into())?
+            .append_to(out);
+        Ok(())
+    }
+
+    /// A peer's ATOMIC CMP_AND_SWP on the host-order u64 at `va` (8-aligned, REMOTE_ATOMIC):
+    /// stores `swap` if the word equals `compare`; returns the original word either way.
+    pub fn atomic_cmp_swap(
+        &self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        compare: u64,
+        swap: u64,
+    ) -> Result<u64, MemError> {
+        self.with_atomic(pd, rkey, va, |word| {
+            match word.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(v) | Err(v) => v,
+            }
+        })
+    }
+
+    /// A peer's ATOMIC FETCH_AND_ADD (wrapping) on the host-order u64 at `va` (8-aligned,
+    /// REMOTE_ATOMIC); returns the original word.
+    pub fn atomic_fetch_add(&self, pd: u32, rkey: u32, va: u64, add: u64) -> Result<u64, MemError> {
+        self.with_atomic(pd, rkey, va, |word| word.fetch_add(add, Ordering::SeqCst))
+    }
+
+    /// Invalidation of `key` (SEND_WITH_INV, LOCAL_INV): always `InvalidKey` here. rxe only
+    /// invalidates fast-registration MRs (`IB_MR_TYPE_MEM_REG`, made by `ibv_alloc_mr` + a
+    /// REG_MR work request) and memory windows; every region in this table comes from
+    /// `ibv_reg_mr` (`IB_MR_TYPE_USER`), for which rxe fails with EINVAL, so this does too,
+    /// for an unknown key as for a registered one. Nothing changes.
+    pub fn invalidate(&self, key: u32) -> Result<(), MemError> {
+        let _ = key;
+        Err(MemError::InvalidKey)
+    }
+
+    fn with_atomic<R>(
+        &self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        op: impl FnOnce(&AtomicU64) -> R,
+    ) -> Result<R, MemError> {
+        let inner = self.inner.read();
+        let span = inner.span(pd, rkey, true, AccessFlags::REMOTE_ATOMIC, va, 8)?;
+        // The IB rule is on the virtual address; the host check inside matters only if the two
+        // ever differ.
+        if va & 7 != 0 {
+            return Err(MemError::Misaligned);
+        }
+        Ok(op(span.as_atomic_u64()?))
+    }
+}
