@@ -1,9 +1,13 @@
 //! softverbs-emu: a user-space soft-RoCE engine, wire-compatible with the Linux kernel's rxe.
 //!
 //! Layers, bottom up: [`wire`] (packet format only), [`memory`] (MR tables and the only unsafe
-//! copies), [`transport`] (sans-I/O RC/UC/UD state machines), [`net`] (datagram links),
+//! copies), [`transport`] (sans-I/O RC state machines), [`net`] (datagram links),
 //! [`engine`] (threads, clocks and tables that drive the transport).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod engine;
+pub mod memory;
+pub mod net;
+pub mod transport;
 pub mod wire;

@@ -5,6 +5,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod decode;
+mod demo;
+mod pingpong;
+mod rc_pair;
 
 /// softverbs: a pure-Rust RDMA verbs stack with a user-space soft-RoCE engine.
 #[derive(Parser)]
@@ -16,6 +19,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// List the devices (SOFTVERBS_DEVICES, or the default two on loopback).
+    Devices,
+    /// Two emulated devices on loopback exchange RC SENDs; every byte is checked.
+    Demo(demo::DemoArgs),
+    /// RC SEND ping-pong between two processes (TCP side channel, like ibv_rc_pingpong).
+    Pingpong(pingpong::PingpongArgs),
     /// Decode the RoCEv2 packets of a pcap file, one line each.
     Decode(decode::DecodeArgs),
 }
@@ -23,6 +32,27 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Devices => list_devices(),
+        Command::Demo(args) => demo::run(&args),
+        Command::Pingpong(args) => pingpong::run(&args),
         Command::Decode(args) => decode::run(&args),
+    }
+}
+
+fn list_devices() -> ExitCode {
+    match softverbs::devices() {
+        Ok(list) => {
+            for d in softverbs_emu::engine::device_list().unwrap_or_default() {
+                println!("{:<12} {:<24} udp/{}", d.name, d.ip, d.udp_port);
+            }
+            if list.is_empty() {
+                println!("(no devices)");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
     }
 }

@@ -38,12 +38,12 @@ impl VerbsError {
     /// The errno value libibverbs returns for this failure.
     pub fn errno(&self) -> i32 {
         match self {
-            VerbsError::InvalidArgument(_) => 22,  // EINVAL
-            VerbsError::OutOfResources(_) => 12,   // ENOMEM
-            VerbsError::PermissionDenied(_) => 1,  // EPERM
-            VerbsError::NotFound(_) => 2,          // ENOENT
-            VerbsError::Busy(_) => 16,             // EBUSY
-            VerbsError::NotSupported(_) => 95,     // EOPNOTSUPP
+            VerbsError::InvalidArgument(_) => 22, // EINVAL
+            VerbsError::OutOfResources(_) => 12,  // ENOMEM
+            VerbsError::PermissionDenied(_) => 1, // EPERM
+            VerbsError::NotFound(_) => 2,         // ENOENT
+            VerbsError::Busy(_) => 16,            // EBUSY
+            VerbsError::NotSupported(_) => 95,    // EOPNOTSUPP
             VerbsError::Io { errno, .. } => *errno,
         }
     }

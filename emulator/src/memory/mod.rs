@@ -5,11 +5,13 @@
 //! [`MrTable`], which checks key, protection domain, access flags and bounds before any copy;
 //! a refused access returns a [`MemError`] and changes no byte.
 
+pub mod buffer;
 mod error;
 mod keys;
 mod region;
 mod table;
 
+pub use buffer::RdmaBuffer;
 pub use error::MemError;
 pub use table::MrTable;
 

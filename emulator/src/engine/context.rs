@@ -1,0 +1,505 @@
+//! An open emulated device: the verbs calls of [`VerbsContext`] on the device's tables.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use parking_lot::{Mutex, RwLock};
+use softverbs_api::backend::{MrKeys, PostError};
+use softverbs_api::qp_transition::{validate_modify, ModifyLimits};
+use softverbs_api::{
+    AccessFlags, DeviceAttr, Gid, GidEntry, GidType, Mtu, PortAttr, PortState, QpAttr, QpAttrMask,
+    QpCap, QpInitAttr, QpType, RecvWr, SendWr, VerbsContext, VerbsError, VerbsResult,
+    WorkCompletion,
+};
+
+use super::clock::Clock;
+use super::config::DeviceConfig;
+use super::cq::CompletionQueue;
+use crate::memory::MrTable;
+use crate::net::Link;
+use crate::transport::{CompletionTarget, Env, Outputs, TransportQp};
+
+/// Device limits, close to rxe's (rxe_param.h).
+pub const MAX_QP: u32 = 0x1_0000;
+/// Most WRs per work queue.
+pub const MAX_QP_WR: u32 = 0x4000;
+/// Most SGEs per WR.
+pub const MAX_SGE: u32 = 32;
+/// Most CQs.
+pub const MAX_CQ: u32 = 0x1_0000;
+/// Most CQEs per CQ.
+pub const MAX_CQE: u32 = 0x1_0000;
+/// Most MRs.
+pub const MAX_MR: u32 = 0x1_0000;
+/// Most PDs.
+pub const MAX_PD: u32 = 0x1_0000;
+/// Most inline bytes per send WR.
+pub const MAX_INLINE_DATA: u32 = 400;
+/// Outstanding READ/atomic per QP (both directions).
+pub const MAX_RD_ATOMIC: u32 = 128;
+/// First QP number handed out (rxe starts above the special QPs 0 and 1).
+pub const FIRST_QPN: u32 = 0x11;
+
+/// A QP and the CQs it completes into.
+pub(crate) struct QpEntry {
+    pub(crate) qp: Mutex<TransportQp>,
+    pub(crate) init: QpInitAttr,
+    pub(crate) send_cq: Arc<CompletionQueue>,
+    pub(crate) recv_cq: Arc<CompletionQueue>,
+}
+
+/// Device-wide counters of packets that never reached a QP.
+#[derive(Debug, Default)]
+pub struct DeviceCounters {
+    /// Datagrams whose ICRC did not verify.
+    pub icrc_errors: AtomicU64,
+    /// Datagrams that did not parse as RoCEv2.
+    pub malformed: AtomicU64,
+    /// Packets for a QP number that does not exist.
+    pub unknown_qp: AtomicU64,
+    /// Packets delivered to a QP.
+    pub delivered: AtomicU64,
+    /// Link send errors.
+    pub send_errors: AtomicU64,
+}
+
+/// The state of one device, shared by its contexts and its engine thread.
+pub struct Device {
+    pub(crate) config: DeviceConfig,
+    pub(crate) mem: MrTable,
+    pub(crate) link: Box<dyn Link>,
+    pub(crate) clock: Clock,
+    pub(crate) shutdown: AtomicBool,
+    /// Earliest transport deadline a poster armed, for the engine thread's sleep.
+    pub(crate) deadline_hint_ns: AtomicU64,
+    pub(crate) counters: DeviceCounters,
+    pds: Mutex<HashMap<u32, ()>>,
+    cqs: RwLock<HashMap<u32, Arc<CompletionQueue>>>,
+    pub(crate) qps: RwLock<HashMap<u32, Arc<QpEntry>>>,
+    next_pd: AtomicU32,
+    next_cq: AtomicU32,
+    next_qpn: AtomicU32,
+}
+
+impl Device {
+    /// A device on `link`.
+    pub(crate) fn new(config: DeviceConfig, link: Box<dyn Link>) -> Device {
+        Device {
+            config,
+            mem: MrTable::new(MAX_MR),
+            link,
+            clock: Clock::start(),
+            shutdown: AtomicBool::new(false),
+            deadline_hint_ns: AtomicU64::new(u64::MAX),
+            counters: DeviceCounters::default(),
+            pds: Mutex::new(HashMap::new()),
+            cqs: RwLock::new(HashMap::new()),
+            qps: RwLock::new(HashMap::new()),
+            next_pd: AtomicU32::new(1),
+            next_cq: AtomicU32::new(1),
+            next_qpn: AtomicU32::new(FIRST_QPN),
+        }
+    }
+
+    /// The MAC address the device stands for: locally administered, from its IP address.
+    fn mac(&self) -> [u8; 6] {
+        let tail = match self.config.ip {
+            IpAddr::V4(v4) => v4.octets(),
+            IpAddr::V6(v6) => {
+                let o = v6.octets();
+                [o[12], o[13], o[14], o[15]]
+            }
+        };
+        [0x02, 0x00, tail[0], tail[1], tail[2], tail[3]]
+    }
+
+    pub(crate) fn env(&self) -> Env<'_> {
+        Env {
+            mem: &self.mem,
+            now_ns: self.clock.now_ns(),
+        }
+    }
+
+    fn active_mtu(&self) -> Mtu {
+        Mtu::for_netdev_mtu(self.config.netdev_mtu)
+    }
+
+    /// Sends the packets and queues the completions a transport call produced.
+    pub(crate) fn deliver(&self, entry: &QpEntry, qp: &TransportQp, out: &mut Outputs) {
+        for mut packet in out.packets.drain(..) {
+            if let Err(e) = self.link.send(&mut packet) {
+                self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(device = %self.config.name, error = %e, "send failed");
+            }
+        }
+        for c in out.completions.drain(..) {
+            let cq = match c.target {
+                CompletionTarget::Send => &entry.send_cq,
+                CompletionTarget::Recv => &entry.recv_cq,
+            };
+            cq.push_all([c.wc]);
+        }
+        out.entered_error = false;
+        if let Some(d) = qp.next_deadline_ns() {
+            self.deadline_hint_ns.fetch_min(d, Ordering::AcqRel);
+        }
+    }
+
+    fn qp_entry(&self, qpn: u32) -> VerbsResult<Arc<QpEntry>> {
+        self.qps
+            .read()
+            .get(&qpn)
+            .cloned()
+            .ok_or_else(|| VerbsError::NotFound(format!("no QP {qpn:#x}")))
+    }
+
+    fn cq(&self, cq: u32) -> VerbsResult<Arc<CompletionQueue>> {
+        self.cqs
+            .read()
+            .get(&cq)
+            .cloned()
+            .ok_or_else(|| VerbsError::inval(format!("no CQ {cq}")))
+    }
+
+    fn check_pd(&self, pd: u32) -> VerbsResult<()> {
+        if self.pds.lock().contains_key(&pd) {
+            Ok(())
+        } else {
+            Err(VerbsError::inval(format!("no PD {pd}")))
+        }
+    }
+
+    fn check_path(&self, attr: &QpAttr, mask: QpAttrMask) -> VerbsResult<()> {
+        if mask.contains(QpAttrMask::AV) {
+            let dst = attr.ah_attr.dgid.to_ip();
+            if dst.is_ipv4() != self.config.ip.is_ipv4() {
+                return Err(VerbsError::inval(format!(
+                    "destination GID {} is not reachable from {} (address family)",
+                    attr.ah_attr.dgid, self.config.ip
+                )));
+            }
+            if attr.ah_attr.sgid_index > 1 {
+                return Err(VerbsError::inval(format!(
+                    "sgid_index {} is beyond the GID table",
+                    attr.ah_attr.sgid_index
+                )));
+            }
+        }
+        if mask.contains(QpAttrMask::PATH_MTU) && attr.path_mtu > self.active_mtu() {
+            return Err(VerbsError::inval(format!(
+                "path MTU {} exceeds the port's active MTU {}",
+                attr.path_mtu.bytes(),
+                self.active_mtu().bytes()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Owns the engine thread of a device; dropping the last context stops it.
+pub(crate) struct DeviceRuntime {
+    pub(crate) device: Arc<Device>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl DeviceRuntime {
+    pub(crate) fn start(device: Arc<Device>) -> VerbsResult<DeviceRuntime> {
+        let worker_device = device.clone();
+        let worker = std::thread::Builder::new()
+            .name(format!("softverbs-{}", device.config.name))
+            .spawn(move || super::worker::run(&worker_device))
+            .map_err(|e| VerbsError::Io {
+                errno: e.raw_os_error().unwrap_or(libc::EAGAIN),
+                message: format!("spawning the engine thread: {e}"),
+            })?;
+        Ok(DeviceRuntime {
+            device,
+            worker: Some(worker),
+        })
+    }
+}
+
+impl Drop for DeviceRuntime {
+    fn drop(&mut self) {
+        self.device.shutdown.store(true, Ordering::Release);
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
+}
+
+/// An open emulated device (one `ibv_context`). Cheap to clone; the device and its engine
+/// thread live while any context does.
+#[derive(Clone)]
+pub struct EmuContext {
+    pub(crate) runtime: Arc<DeviceRuntime>,
+}
+
+impl EmuContext {
+    fn dev(&self) -> &Device {
+        &self.runtime.device
+    }
+
+    /// The IP address and UDP port the device receives on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.dev().link.local_addr()
+    }
+
+    /// Device-wide packet counters.
+    pub fn counters(&self) -> &DeviceCounters {
+        &self.dev().counters
+    }
+
+    /// The transport counters of QP `qpn`.
+    pub fn qp_counters(&self, qpn: u32) -> VerbsResult<crate::transport::Counters> {
+        Ok(self.dev().qp_entry(qpn)?.qp.lock().counters)
+    }
+}
+
+impl VerbsContext for EmuContext {
+    fn device_name(&self) -> String {
+        self.dev().config.name.clone()
+    }
+
+    fn query_device(&self) -> VerbsResult<DeviceAttr> {
+        let mac = self.dev().mac();
+        let guid = u64::from_be_bytes([mac[0], mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]]);
+        Ok(DeviceAttr {
+            fw_ver: env!("CARGO_PKG_VERSION").to_string(),
+            node_guid: guid,
+            sys_image_guid: guid,
+            max_mr_size: u64::MAX,
+            vendor_id: 0x00ff_ffff,
+            vendor_part_id: 0,
+            hw_ver: 0,
+            max_qp: MAX_QP,
+            max_qp_wr: MAX_QP_WR,
+            max_sge: MAX_SGE,
+            max_cq: MAX_CQ,
+            max_cqe: MAX_CQE,
+            max_mr: MAX_MR,
+            max_pd: MAX_PD,
+            max_qp_rd_atom: MAX_RD_ATOMIC,
+            max_qp_init_rd_atom: MAX_RD_ATOMIC,
+            max_srq: 0,
+            max_srq_wr: 0,
+            max_inline_data: MAX_INLINE_DATA,
+            phys_port_cnt: 1,
+        })
+    }
+
+    fn query_port(&self, port_num: u8) -> VerbsResult<PortAttr> {
+        if port_num != 1 {
+            return Err(VerbsError::inval(format!("no port {port_num} (ports: 1)")));
+        }
+        Ok(PortAttr {
+            state: PortState::Active,
+            max_mtu: Mtu::Mtu4096,
+            active_mtu: self.dev().active_mtu(),
+            gid_tbl_len: 2,
+            pkey_tbl_len: 1,
+            max_msg_sz: 1 << 31,
+            link_layer_ethernet: true,
+        })
+    }
+
+    fn query_gid(&self, port_num: u8, index: u32) -> VerbsResult<GidEntry> {
+        self.query_port(port_num)?;
+        let gid = match index {
+            0 => Gid::link_local_from_mac(self.dev().mac()),
+            1 => Gid::from_ip(self.dev().config.ip),
+            _ => {
+                return Err(VerbsError::inval(format!(
+                    "GID index {index} beyond the table (2)"
+                )))
+            }
+        };
+        Ok(GidEntry {
+            gid,
+            gid_index: index,
+            port_num,
+            gid_type: GidType::RoceV2,
+        })
+    }
+
+    fn alloc_pd(&self) -> VerbsResult<u32> {
+        let mut pds = self.dev().pds.lock();
+        if pds.len() >= MAX_PD as usize {
+            return Err(VerbsError::nomem("PD table full"));
+        }
+        let pd = self.dev().next_pd.fetch_add(1, Ordering::Relaxed);
+        pds.insert(pd, ());
+        Ok(pd)
+    }
+
+    fn dealloc_pd(&self, pd: u32) -> VerbsResult<()> {
+        let dev = self.dev();
+        dev.check_pd(pd)?;
+        let qp_uses = dev.qps.read().values().any(|e| e.qp.lock().pd == pd);
+        if qp_uses || dev.mem.pd_in_use(pd) {
+            return Err(VerbsError::Busy(format!("PD {pd} still has MRs or QPs")));
+        }
+        dev.pds.lock().remove(&pd);
+        Ok(())
+    }
+
+    fn reg_mr(&self, pd: u32, addr: u64, length: u64, access: AccessFlags) -> VerbsResult<MrKeys> {
+        self.dev().check_pd(pd)?;
+        self.dev().mem.register(pd, addr, length, access)
+    }
+
+    fn dereg_mr(&self, lkey: u32) -> VerbsResult<()> {
+        self.dev().mem.deregister(lkey)
+    }
+
+    fn create_cq(&self, cqe: u32) -> VerbsResult<(u32, u32)> {
+        if cqe == 0 || cqe > MAX_CQE {
+            return Err(VerbsError::inval(format!("cqe {cqe} not in 1..={MAX_CQE}")));
+        }
+        let mut cqs = self.dev().cqs.write();
+        if cqs.len() >= MAX_CQ as usize {
+            return Err(VerbsError::nomem("CQ table full"));
+        }
+        let id = self.dev().next_cq.fetch_add(1, Ordering::Relaxed);
+        cqs.insert(id, Arc::new(CompletionQueue::new(cqe as usize)));
+        Ok((id, cqe))
+    }
+
+    fn destroy_cq(&self, cq: u32) -> VerbsResult<()> {
+        let dev = self.dev();
+        let target = dev.cq(cq)?;
+        let in_use = dev
+            .qps
+            .read()
+            .values()
+            .any(|e| Arc::ptr_eq(&e.send_cq, &target) || Arc::ptr_eq(&e.recv_cq, &target));
+        if in_use {
+            return Err(VerbsError::Busy(format!("CQ {cq} still has QPs")));
+        }
+        dev.cqs.write().remove(&cq);
+        Ok(())
+    }
+
+    fn poll_cq(&self, cq: u32, out: &mut [WorkCompletion]) -> VerbsResult<usize> {
+        self.dev().cq(cq)?.poll(out)
+    }
+
+    fn create_qp(&self, pd: u32, init: &QpInitAttr) -> VerbsResult<(u32, QpCap)> {
+        let dev = self.dev();
+        dev.check_pd(pd)?;
+        if init.qp_type != QpType::Rc {
+            return Err(VerbsError::NotSupported(format!(
+                "{:?} QPs are not implemented by the emulator yet",
+                init.qp_type
+            )));
+        }
+        if init.srq.is_some() {
+            return Err(VerbsError::NotSupported(
+                "SRQs are not implemented yet".into(),
+            ));
+        }
+        let c = init.cap;
+        if c.max_send_wr == 0 && c.max_recv_wr == 0 {
+            return Err(VerbsError::inval("a QP needs a send or a receive queue"));
+        }
+        if c.max_send_wr > MAX_QP_WR || c.max_recv_wr > MAX_QP_WR {
+            return Err(VerbsError::inval(format!(
+                "queue depth above max_qp_wr {MAX_QP_WR}"
+            )));
+        }
+        if c.max_send_sge > MAX_SGE || c.max_recv_sge > MAX_SGE {
+            return Err(VerbsError::inval(format!(
+                "SGE count above max_sge {MAX_SGE}"
+            )));
+        }
+        if c.max_inline_data > MAX_INLINE_DATA {
+            return Err(VerbsError::inval(format!(
+                "max_inline_data above {MAX_INLINE_DATA}"
+            )));
+        }
+        let send_cq = dev.cq(init.send_cq)?;
+        let recv_cq = dev.cq(init.recv_cq)?;
+        let mut qps = dev.qps.write();
+        if qps.len() >= MAX_QP as usize {
+            return Err(VerbsError::nomem("QP table full"));
+        }
+        let qpn = dev.next_qpn.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
+        let granted = QpCap {
+            max_send_sge: c.max_send_sge.max(1),
+            max_recv_sge: c.max_recv_sge.max(1),
+            ..c
+        };
+        let qp = TransportQp::new(qpn, init.qp_type, pd, init.sq_sig_all, granted);
+        qps.insert(
+            qpn,
+            Arc::new(QpEntry {
+                qp: Mutex::new(qp),
+                init: *init,
+                send_cq,
+                recv_cq,
+            }),
+        );
+        Ok((qpn, granted))
+    }
+
+    fn modify_qp(&self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> VerbsResult<()> {
+        let dev = self.dev();
+        let entry = dev.qp_entry(qpn)?;
+        let mut qp = entry.qp.lock();
+        let limits = ModifyLimits {
+            max_qp_rd_atom: MAX_RD_ATOMIC,
+            max_qp_init_rd_atom: MAX_RD_ATOMIC,
+        };
+        validate_modify(qp.qp_type, qp.state(), attr, mask, &limits)?;
+        dev.check_path(attr, mask)?;
+        let mut out = Outputs::default();
+        qp.apply_modify(attr, mask, &mut out);
+        dev.deliver(&entry, &qp, &mut out);
+        Ok(())
+    }
+
+    fn query_qp(&self, qpn: u32) -> VerbsResult<(QpAttr, QpInitAttr)> {
+        let entry = self.dev().qp_entry(qpn)?;
+        let qp = entry.qp.lock();
+        let mut attr = qp.attr;
+        attr.cur_qp_state = attr.qp_state;
+        attr.cap = qp.cap;
+        Ok((attr, entry.init))
+    }
+
+    fn destroy_qp(&self, qpn: u32) -> VerbsResult<()> {
+        self.dev()
+            .qps
+            .write()
+            .remove(&qpn)
+            .map(|_| ())
+            .ok_or_else(|| VerbsError::NotFound(format!("no QP {qpn:#x}")))
+    }
+
+    fn post_send(&self, qpn: u32, wrs: &[SendWr]) -> Result<(), PostError> {
+        let dev = self.dev();
+        let entry = dev
+            .qp_entry(qpn)
+            .map_err(|error| PostError { index: 0, error })?;
+        let mut qp = entry.qp.lock();
+        let mut out = Outputs::default();
+        let result = qp.post_send(wrs, &dev.env(), &mut out);
+        dev.deliver(&entry, &qp, &mut out);
+        result
+    }
+
+    fn post_recv(&self, qpn: u32, wrs: &[RecvWr]) -> Result<(), PostError> {
+        let dev = self.dev();
+        let entry = dev
+            .qp_entry(qpn)
+            .map_err(|error| PostError { index: 0, error })?;
+        let mut qp = entry.qp.lock();
+        let mut out = Outputs::default();
+        let result = qp.post_recv(wrs, &mut out);
+        dev.deliver(&entry, &qp, &mut out);
+        result
+    }
+}

@@ -1,0 +1,98 @@
+//! The engine thread of a device: receives datagrams, checks their ICRC, hands them to their
+//! QP, and fires transport deadlines. It is what makes the responder progress while the
+//! application sleeps.
+
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::context::Device;
+use crate::net::InDatagram;
+use crate::transport::Outputs;
+use crate::wire::{solve_ipv4_identification, verify_icrc, IcrcContext, IpHeaderInfo, RoceRepr};
+
+/// Longest the thread sleeps in one receive: bounds how late a deadline armed by another
+/// thread (a post) can fire, and how long shutdown takes.
+const MAX_SLEEP: Duration = Duration::from_millis(5);
+
+/// The thread body; returns when the device shuts down.
+pub(crate) fn run(dev: &Arc<Device>) {
+    let mut next_deadline_ns = u64::MAX;
+    while !dev.shutdown.load(Ordering::Acquire) {
+        let now = dev.clock.now_ns();
+        let hint = dev.deadline_hint_ns.swap(u64::MAX, Ordering::AcqRel);
+        next_deadline_ns = next_deadline_ns.min(hint);
+        let sleep = Duration::from_nanos(next_deadline_ns.saturating_sub(now)).min(MAX_SLEEP);
+        match dev.link.recv(sleep) {
+            Ok(Some(datagram)) => handle_datagram(dev, &datagram),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(device = %dev.config.name, error = %e, "receive failed");
+                std::thread::sleep(MAX_SLEEP);
+            }
+        }
+        if dev.clock.now_ns() >= next_deadline_ns {
+            next_deadline_ns = fire_timers(dev);
+        }
+    }
+}
+
+/// True if the datagram's ICRC is right. IPv4 receivers cannot see the IP identification the
+/// ICRC covers, so they solve for it (see `wire::icrc`).
+fn icrc_ok(d: &InDatagram) -> bool {
+    match (d.src.ip(), d.dst.ip()) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => {
+            solve_ipv4_identification(src, dst, d.src.port(), d.dst.port(), &d.payload).is_some()
+        }
+        (IpAddr::V6(src), IpAddr::V6(dst)) => verify_icrc(
+            &IcrcContext {
+                ip: IpHeaderInfo::V6 { src, dst },
+                udp_src_port: d.src.port(),
+                udp_dst_port: d.dst.port(),
+            },
+            &d.payload,
+        ),
+        _ => false,
+    }
+}
+
+fn handle_datagram(dev: &Device, d: &InDatagram) {
+    if !icrc_ok(d) {
+        dev.counters.icrc_errors.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let Ok((repr, _icrc)) = RoceRepr::parse(&d.payload) else {
+        dev.counters.malformed.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let entry = dev.qps.read().get(&repr.bth.dest_qp).cloned();
+    let Some(entry) = entry else {
+        dev.counters.unknown_qp.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    dev.counters.delivered.fetch_add(1, Ordering::Relaxed);
+    let mut qp = entry.qp.lock();
+    let mut out = Outputs::default();
+    qp.on_packet(&repr, &dev.env(), &mut out);
+    dev.deliver(&entry, &qp, &mut out);
+}
+
+/// Fires every expired QP deadline; returns the earliest one still armed.
+fn fire_timers(dev: &Device) -> u64 {
+    let entries: Vec<_> = dev.qps.read().values().cloned().collect();
+    let mut earliest = u64::MAX;
+    for entry in entries {
+        let mut qp = entry.qp.lock();
+        let env = dev.env();
+        if qp.next_deadline_ns().is_some_and(|d| d <= env.now_ns) {
+            let mut out = Outputs::default();
+            qp.on_timer(&env, &mut out);
+            dev.deliver(&entry, &qp, &mut out);
+        }
+        if let Some(d) = qp.next_deadline_ns() {
+            earliest = earliest.min(d);
+        }
+    }
+    earliest
+}

@@ -1,0 +1,28 @@
+//! Named per-QP counters, for tests, logs and `softverbs` tools.
+
+/// What one QP has seen and done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Request packets sent (first transmissions and retransmissions).
+    pub sent_requests: u64,
+    /// Response packets (ACK / NAK / read responses) sent.
+    pub sent_responses: u64,
+    /// Packets received for this QP.
+    pub received_packets: u64,
+    /// Request packets retransmitted.
+    pub retransmitted_packets: u64,
+    /// Local ACK timeouts that fired.
+    pub ack_timeouts: u64,
+    /// RNR NAKs sent by the responder.
+    pub rnr_naks_sent: u64,
+    /// RNR NAKs received by the requester.
+    pub rnr_naks_received: u64,
+    /// PSN sequence error NAKs sent.
+    pub seq_err_naks_sent: u64,
+    /// PSN sequence error NAKs received.
+    pub seq_err_naks_received: u64,
+    /// Duplicate requests seen by the responder.
+    pub duplicate_requests: u64,
+    /// Packets dropped as invalid for the QP's state or sequence.
+    pub dropped_packets: u64,
+}

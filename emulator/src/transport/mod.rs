@@ -1,0 +1,24 @@
+//! The sans-I/O transport: per-QP state machines split as in the kernel rxe driver.
+//!
+//! - [`requester`] turns posted send WRs into request packets (segmentation, PSNs, ack-req),
+//! - [`responder`] executes incoming requests against memory and answers with ACK / NAK,
+//! - [`completer`] consumes ACKs and NAKs, retransmits and produces send completions.
+//!
+//! Inputs are posted WRs, parsed packets and the current time (`now_ns`, supplied by the
+//! caller); outputs are packets, completions and the next deadline. Nothing here opens a
+//! socket, spawns a thread or reads a clock, so tests drive it deterministically.
+
+pub mod completer;
+pub mod counters;
+pub mod output;
+pub mod qp;
+pub mod requester;
+pub mod responder;
+pub mod syndrome;
+pub mod timers;
+pub mod validate;
+pub mod wqe;
+
+pub use counters::Counters;
+pub use output::{Completion, CompletionTarget, Env, OutPacket, Outputs};
+pub use qp::{PathInfo, TransportQp};

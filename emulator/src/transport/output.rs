@@ -1,0 +1,83 @@
+//! What the transport hands back to its driver: packets to send and completions to queue.
+
+use std::net::IpAddr;
+
+use softverbs_api::WorkCompletion;
+
+use crate::memory::MrTable;
+
+/// What a transport call may use besides the QP: the device's memory and the current time.
+pub struct Env<'a> {
+    /// The device's memory regions.
+    pub mem: &'a MrTable,
+    /// Current time in nanoseconds on the driver's clock (monotonic; virtual in simulations).
+    pub now_ns: u64,
+}
+
+/// A RoCE packet ready to go out, except for its ICRC (which depends on the IP header the
+/// link builds): the last four bytes of `bytes` are left for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutPacket {
+    /// Destination IP address.
+    pub dst_ip: IpAddr,
+    /// UDP destination port (4791 unless configured for emulator-to-emulator use).
+    pub udp_dst_port: u16,
+    /// UDP source port (from the QP numbers, as rxe computes it).
+    pub udp_src_port: u16,
+    /// BTH .. ICRC.
+    pub bytes: Vec<u8>,
+}
+
+/// Which CQ of the QP a completion goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompletionTarget {
+    /// The QP's send CQ.
+    Send,
+    /// The QP's receive CQ.
+    Recv,
+}
+
+/// A work completion and the CQ it belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// Send or receive CQ.
+    pub target: CompletionTarget,
+    /// The completion.
+    pub wc: WorkCompletion,
+}
+
+/// Collects the outputs of transport calls; the driver drains it after each call.
+#[derive(Debug, Default)]
+pub struct Outputs {
+    /// Packets to send, in order.
+    pub packets: Vec<OutPacket>,
+    /// Completions to queue, in order.
+    pub completions: Vec<Completion>,
+    /// Set when the QP entered the error state during the call (an async event for the driver).
+    pub entered_error: bool,
+}
+
+impl Outputs {
+    /// True if nothing was produced.
+    pub fn is_empty(&self) -> bool {
+        self.packets.is_empty() && self.completions.is_empty() && !self.entered_error
+    }
+}
+
+impl OutPacket {
+    /// Emits `repr` for `path`, leaving room for the ICRC. `None` only if the repr is
+    /// inconsistent with the opcode table (a transport bug, counted by the caller).
+    pub fn build(
+        path: &crate::transport::PathInfo,
+        repr: &crate::wire::RoceRepr<'_>,
+    ) -> Option<Self> {
+        let mut bytes = vec![0u8; repr.buffer_len()];
+        repr.emit(&mut bytes).ok()?;
+        Some(OutPacket {
+            dst_ip: path.dst_ip,
+            udp_dst_port: path.udp_dst_port,
+            udp_src_port: path.udp_src_port,
+            bytes,
+        })
+    }
+}

@@ -1,0 +1,336 @@
+//! One QP's transport state and the calls that drive it: post, modify, packet in, timer.
+
+use std::net::IpAddr;
+
+use softverbs_api::{
+    backend::PostError, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr,
+    VerbsError, VerbsResult, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+};
+
+use super::completer::CompleterState;
+use super::counters::Counters;
+use super::output::{Completion, CompletionTarget, Env, Outputs};
+use super::requester::RequesterState;
+use super::responder::ResponderState;
+use super::timers::QpTimers;
+use super::validate::{check_recv_wr, check_send_wr};
+use super::wqe::{RecvWqe, SendWqe, WorkQueue};
+use super::{completer, requester, responder};
+use crate::wire::{rc_udp_src_port, Psn, RoceRepr};
+
+/// UDP port of RoCEv2.
+pub const ROCE_UDP_PORT: u16 = 4791;
+
+/// Where the QP's packets go (RC/UC), fixed at RTR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathInfo {
+    /// The peer's IP address (from the destination GID).
+    pub dst_ip: IpAddr,
+    /// UDP destination port.
+    pub udp_dst_port: u16,
+    /// UDP source port (from both QP numbers, as rxe computes it).
+    pub udp_src_port: u16,
+}
+
+/// The transport state of one QP.
+#[derive(Debug)]
+pub struct TransportQp {
+    /// QP number.
+    pub qpn: u32,
+    /// Transport type.
+    pub qp_type: QpType,
+    /// Protection domain: every memory access of this QP is checked against it.
+    pub pd: u32,
+    /// Every send WR completes (`sq_sig_all`).
+    pub sq_sig_all: bool,
+    /// Granted capacities.
+    pub cap: QpCap,
+    /// Current attributes (what `query_qp` returns).
+    pub attr: QpAttr,
+    /// Path to the peer, set at RTR (RC/UC).
+    pub path: Option<PathInfo>,
+    /// Send queue.
+    pub sq: WorkQueue<SendWqe>,
+    /// Receive queue (unused when the QP has an SRQ).
+    pub rq: WorkQueue<RecvWqe>,
+    /// Requester progress.
+    pub req: RequesterState,
+    /// Responder progress.
+    pub resp: ResponderState,
+    /// Completer progress.
+    pub comp: CompleterState,
+    /// Armed deadlines.
+    pub timers: QpTimers,
+    /// Counters.
+    pub counters: Counters,
+}
+
+impl TransportQp {
+    /// A QP in RESET.
+    pub fn new(qpn: u32, qp_type: QpType, pd: u32, sq_sig_all: bool, cap: QpCap) -> Self {
+        TransportQp {
+            qpn,
+            qp_type,
+            pd,
+            sq_sig_all,
+            cap,
+            attr: QpAttr {
+                cap,
+                port_num: 1,
+                ..QpAttr::default()
+            },
+            path: None,
+            sq: WorkQueue::new(cap.max_send_wr as usize),
+            rq: WorkQueue::new(cap.max_recv_wr as usize),
+            req: RequesterState::default(),
+            resp: ResponderState::default(),
+            comp: CompleterState::default(),
+            timers: QpTimers::default(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Current state.
+    pub fn state(&self) -> QpState {
+        self.attr.qp_state
+    }
+
+    /// Applies an already validated modify (see `softverbs_api::qp_transition`).
+    pub fn apply_modify(&mut self, attr: &QpAttr, mask: QpAttrMask, out: &mut Outputs) {
+        let a = &mut self.attr;
+        macro_rules! set {
+            ($bit:ident, $field:ident) => {
+                if mask.contains(QpAttrMask::$bit) {
+                    a.$field = attr.$field;
+                }
+            };
+        }
+        set!(ACCESS_FLAGS, qp_access_flags);
+        set!(PKEY_INDEX, pkey_index);
+        set!(PORT, port_num);
+        set!(QKEY, qkey);
+        set!(AV, ah_attr);
+        set!(PATH_MTU, path_mtu);
+        set!(TIMEOUT, timeout);
+        set!(RETRY_CNT, retry_cnt);
+        set!(RNR_RETRY, rnr_retry);
+        set!(MAX_QP_RD_ATOMIC, max_rd_atomic);
+        set!(MIN_RNR_TIMER, min_rnr_timer);
+        set!(MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
+        set!(DEST_QPN, dest_qp_num);
+        if mask.contains(QpAttrMask::RQ_PSN) {
+            a.rq_psn = attr.rq_psn & Psn::MASK;
+            self.resp.reset(Psn::new(attr.rq_psn));
+        }
+        if mask.contains(QpAttrMask::SQ_PSN) {
+            a.sq_psn = attr.sq_psn & Psn::MASK;
+            self.req.reset(Psn::new(attr.sq_psn));
+            self.comp.reset(Psn::new(attr.sq_psn));
+        }
+        if mask.contains(QpAttrMask::RETRY_CNT) {
+            self.comp.retries_left = attr.retry_cnt;
+        }
+        if mask.contains(QpAttrMask::RNR_RETRY) {
+            self.comp.rnr_retries_left = attr.rnr_retry;
+        }
+        if mask.contains(QpAttrMask::AV) || mask.contains(QpAttrMask::DEST_QPN) {
+            self.path = Some(PathInfo {
+                dst_ip: self.attr.ah_attr.dgid.to_ip(),
+                udp_dst_port: self.attr.ah_attr.udp_dport.unwrap_or(ROCE_UDP_PORT),
+                udp_src_port: rc_udp_src_port(self.qpn, self.attr.dest_qp_num),
+            });
+        }
+        if mask.contains(QpAttrMask::STATE) {
+            let next = attr.qp_state;
+            match next {
+                QpState::Reset => self.reset(),
+                QpState::Err => self.enter_error(out),
+                _ => self.attr.qp_state = next,
+            }
+        }
+    }
+
+    /// Back to RESET: queues emptied without completions, as ibv_modify_qp(3) says.
+    fn reset(&mut self) {
+        let cap = self.cap;
+        *self = TransportQp::new(self.qpn, self.qp_type, self.pd, self.sq_sig_all, cap);
+    }
+
+    /// Moves the QP to ERR and flushes every outstanding WR with WR_FLUSH_ERR, in order.
+    pub fn enter_error(&mut self, out: &mut Outputs) {
+        if self.attr.qp_state != QpState::Err {
+            self.attr.qp_state = QpState::Err;
+            out.entered_error = true;
+        }
+        self.timers = QpTimers::default();
+        self.flush(out);
+    }
+
+    /// Completes every queued WR with WR_FLUSH_ERR (error completions are always generated,
+    /// signaled or not).
+    pub fn flush(&mut self, out: &mut Outputs) {
+        let qpn = self.qpn;
+        for wqe in self.sq.drain() {
+            out.completions.push(Completion {
+                target: CompletionTarget::Send,
+                wc: WorkCompletion {
+                    wr_id: wqe.wr_id,
+                    status: wqe.status.unwrap_or(WcStatus::WrFlushErr),
+                    opcode: send_wc_opcode(wqe.opcode),
+                    qp_num: qpn,
+                    ..WorkCompletion::default()
+                },
+            });
+        }
+        self.req.rewind_to_front(self.comp.una);
+        if let Some(recv) = self.resp.current.take() {
+            out.completions.push(recv_flush(qpn, recv.wqe.wr_id));
+        }
+        for wqe in self.rq.drain() {
+            out.completions.push(recv_flush(qpn, wqe.wr_id));
+        }
+    }
+
+    /// `ibv_post_send`: checks and queues each WR, then lets the requester send what it can.
+    pub fn post_send(
+        &mut self,
+        wrs: &[SendWr],
+        env: &Env<'_>,
+        out: &mut Outputs,
+    ) -> Result<(), PostError> {
+        let mut result = Ok(());
+        for (index, wr) in wrs.iter().enumerate() {
+            if let Err(error) = self.queue_send(wr, env) {
+                result = Err(PostError { index, error });
+                break;
+            }
+        }
+        if self.state() == QpState::Err {
+            self.flush(out);
+        } else {
+            requester::run(self, env, out);
+        }
+        result
+    }
+
+    fn queue_send(&mut self, wr: &SendWr, env: &Env<'_>) -> VerbsResult<()> {
+        check_send_wr(self.qp_type, self.state(), &self.cap, wr)?;
+        if self.sq.is_full() {
+            return Err(VerbsError::nomem(format!(
+                "send queue full ({} WRs)",
+                self.cap.max_send_wr
+            )));
+        }
+        let inline = wr.send_flags.contains(SendFlags::INLINE);
+        let data = if inline {
+            // Inline data is read now, so the caller may reuse the buffer on return. The
+            // emulator reads process memory only through the MR table, so (stricter than
+            // ibv_post_send(3)) the lkey of an inline SGE must be valid too.
+            let mut data = Vec::with_capacity(wr.total_length() as usize);
+            env.mem
+                .gather(self.pd, &wr.sg_list, &mut data)
+                .map_err(|e| VerbsError::inval(format!("inline data not readable: {e}")))?;
+            Some(data)
+        } else {
+            None
+        };
+        let wqe = SendWqe {
+            wr_id: wr.wr_id,
+            opcode: wr.opcode,
+            signaled: self.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED),
+            solicited: wr.send_flags.contains(SendFlags::SOLICITED),
+            imm_data: wr.imm_data,
+            remote: wr.remote,
+            sges: if inline {
+                Vec::new()
+            } else {
+                wr.sg_list.clone()
+            },
+            data,
+            length: wr.total_length(),
+            first_psn: Psn::default(),
+            packet_count: 0,
+            status: None,
+        };
+        self.sq
+            .push(wqe)
+            .map_err(|_| VerbsError::nomem("send queue full"))
+    }
+
+    /// `ibv_post_recv`: checks and queues each WR.
+    pub fn post_recv(&mut self, wrs: &[RecvWr], out: &mut Outputs) -> Result<(), PostError> {
+        let mut result = Ok(());
+        for (index, wr) in wrs.iter().enumerate() {
+            let checked = check_recv_wr(self.state(), &self.cap, wr).and_then(|()| {
+                self.rq.push(RecvWqe::from_wr(wr)).map_err(|_| {
+                    VerbsError::nomem(format!("receive queue full ({} WRs)", self.cap.max_recv_wr))
+                })
+            });
+            if let Err(error) = checked {
+                result = Err(PostError { index, error });
+                break;
+            }
+        }
+        if self.state() == QpState::Err {
+            self.flush(out);
+        }
+        result
+    }
+
+    /// A parsed packet addressed to this QP (its ICRC already verified by the caller).
+    pub fn on_packet(&mut self, pkt: &RoceRepr<'_>, env: &Env<'_>, out: &mut Outputs) {
+        self.counters.received_packets += 1;
+        let Some(info) = pkt.bth.opcode.info() else {
+            self.counters.dropped_packets += 1;
+            return;
+        };
+        if info.is_request {
+            responder::on_request(self, pkt, env, out);
+        } else {
+            completer::on_response(self, pkt, env, out);
+            requester::run(self, env, out);
+        }
+    }
+
+    /// Fires whatever deadline has passed at `env.now_ns`.
+    pub fn on_timer(&mut self, env: &Env<'_>, out: &mut Outputs) {
+        completer::on_timer(self, env, out);
+        requester::run(self, env, out);
+    }
+
+    /// The earliest armed deadline; call [`TransportQp::on_timer`] once it has passed.
+    pub fn next_deadline_ns(&self) -> Option<u64> {
+        self.timers.next_deadline_ns()
+    }
+}
+
+/// The completion opcode of a send WR opcode.
+pub fn send_wc_opcode(op: softverbs_api::WrOpcode) -> WcOpcode {
+    use softverbs_api::WrOpcode::*;
+    match op {
+        Send | SendWithImm | SendWithInv => WcOpcode::Send,
+        RdmaWrite | RdmaWriteWithImm => WcOpcode::RdmaWrite,
+        RdmaRead => WcOpcode::RdmaRead,
+        AtomicCmpAndSwp => WcOpcode::CompSwap,
+        AtomicFetchAndAdd => WcOpcode::FetchAdd,
+        LocalInv => WcOpcode::LocalInv,
+        BindMw => WcOpcode::BindMw,
+        Tso => WcOpcode::Tso,
+        AtomicWrite => WcOpcode::AtomicWrite,
+        Flush => WcOpcode::Flush,
+    }
+}
+
+fn recv_flush(qpn: u32, wr_id: u64) -> Completion {
+    Completion {
+        target: CompletionTarget::Recv,
+        wc: WorkCompletion {
+            wr_id,
+            status: WcStatus::WrFlushErr,
+            opcode: WcOpcode::Recv,
+            qp_num: qpn,
+            wc_flags: WcFlags::empty(),
+            ..WorkCompletion::default()
+        },
+    }
+}

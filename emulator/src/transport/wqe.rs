@@ -1,0 +1,122 @@
+//! Work-queue entries: posted WRs plus the progress the transport has made on them.
+
+use std::collections::VecDeque;
+
+use softverbs_api::{wr::RemoteAddr, RecvWr, Sge, WcStatus, WrOpcode};
+
+use crate::wire::Psn;
+
+/// A send WR as the send queue holds it.
+#[derive(Debug, Clone)]
+pub struct SendWqe {
+    /// User id.
+    pub wr_id: u64,
+    /// Operation.
+    pub opcode: WrOpcode,
+    /// Produces a completion on success.
+    pub signaled: bool,
+    /// Sets the solicited-event bit on the last packet.
+    pub solicited: bool,
+    /// Immediate data (host order).
+    pub imm_data: u32,
+    /// Remote address and key (RDMA and atomics).
+    pub remote: RemoteAddr,
+    /// Gather list (empty when the data was inlined).
+    pub sges: Vec<Sge>,
+    /// Data copied at post time (IBV_SEND_INLINE), or gathered when the first packet was built.
+    pub data: Option<Vec<u8>>,
+    /// Message length in bytes.
+    pub length: u64,
+    /// PSN of the first packet, once segmentation has started.
+    pub first_psn: Psn,
+    /// Number of packets of the message (known once the path MTU is known at first send).
+    pub packet_count: u32,
+    /// Set when the completer has seen the whole message acknowledged (or failed).
+    pub status: Option<WcStatus>,
+}
+
+impl SendWqe {
+    /// PSN of the last packet (valid once `packet_count` is set).
+    pub fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.packet_count.saturating_sub(1))
+    }
+}
+
+/// A receive WR as the receive queue holds it.
+#[derive(Debug, Clone)]
+pub struct RecvWqe {
+    /// User id.
+    pub wr_id: u64,
+    /// Scatter list.
+    pub sges: Vec<Sge>,
+    /// Total bytes the scatter list holds.
+    pub length: u64,
+}
+
+impl RecvWqe {
+    /// The WQE of a posted receive WR.
+    pub fn from_wr(wr: &RecvWr) -> RecvWqe {
+        RecvWqe {
+            wr_id: wr.wr_id,
+            sges: wr.sg_list.clone(),
+            length: wr.sg_list.iter().map(|s| s.length as u64).sum(),
+        }
+    }
+}
+
+/// A bounded FIFO of WQEs: capacity is the QP's granted `max_send_wr` / `max_recv_wr`.
+#[derive(Debug, Clone)]
+pub struct WorkQueue<T> {
+    entries: VecDeque<T>,
+    capacity: usize,
+}
+
+impl<T> WorkQueue<T> {
+    /// An empty queue that holds at most `capacity` entries.
+    pub fn new(capacity: usize) -> Self {
+        WorkQueue {
+            entries: VecDeque::with_capacity(capacity.min(1024)),
+            capacity,
+        }
+    }
+    /// Entries queued.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+    /// True if nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+    /// True if no entry can be added.
+    pub fn is_full(&self) -> bool {
+        self.entries.len() >= self.capacity
+    }
+    /// Appends; gives the entry back when full.
+    pub fn push(&mut self, entry: T) -> Result<(), T> {
+        if self.is_full() {
+            return Err(entry);
+        }
+        self.entries.push_back(entry);
+        Ok(())
+    }
+    /// The oldest entry.
+    pub fn front(&self) -> Option<&T> {
+        self.entries.front()
+    }
+    /// Removes the oldest entry.
+    pub fn pop(&mut self) -> Option<T> {
+        self.entries.pop_front()
+    }
+    /// Entry `i` (0 = oldest).
+    pub fn get(&self, i: usize) -> Option<&T> {
+        self.entries.get(i)
+    }
+    /// Entry `i`, mutable.
+    pub fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+        self.entries.get_mut(i)
+    }
+    /// Removes and returns every entry, oldest first.
+    pub fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
+        self.entries.drain(..)
+    }
+}

@@ -1,0 +1,100 @@
+//! Devices and open contexts.
+
+use std::sync::Arc;
+
+use softverbs_api::{DeviceAttr, DeviceInfo, GidEntry, PortAttr, VerbsContext, VerbsResult};
+use softverbs_emu::engine::{self, EmuContext};
+
+use crate::cq::Cq;
+use crate::pd::Pd;
+use crate::select::Provider;
+
+/// The devices the selected provider offers (`ibv_get_device_list`).
+pub fn devices() -> VerbsResult<Vec<DeviceInfo>> {
+    match Provider::from_env()?.resolve()? {
+        _emu => Ok(engine::device_list()?
+            .into_iter()
+            .map(|d| DeviceInfo {
+                guid: guid_of(&d.ip),
+                name: d.name,
+                backend: "emu",
+            })
+            .collect()),
+    }
+}
+
+fn guid_of(ip: &std::net::IpAddr) -> u64 {
+    let tail = match ip {
+        std::net::IpAddr::V4(v4) => v4.octets(),
+        std::net::IpAddr::V6(v6) => {
+            let o = v6.octets();
+            [o[12], o[13], o[14], o[15]]
+        }
+    };
+    u64::from_be_bytes([0x02, 0x00, tail[0], 0xff, 0xfe, tail[1], tail[2], tail[3]])
+}
+
+pub(crate) struct ContextInner {
+    pub(crate) backend: Arc<dyn VerbsContext>,
+    emu: Option<EmuContext>,
+}
+
+/// An open device (`ibv_context`). Cloning shares it.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+impl Context {
+    /// Opens device `name` (`ibv_open_device`).
+    pub fn open(name: &str) -> VerbsResult<Context> {
+        Provider::from_env()?.resolve()?;
+        let emu = engine::open_device(name)?;
+        Ok(Context {
+            inner: Arc::new(ContextInner {
+                backend: Arc::new(emu.clone()),
+                emu: Some(emu),
+            }),
+        })
+    }
+
+    /// The backend verbs layer, for calls the safe API does not wrap.
+    pub fn backend(&self) -> &Arc<dyn VerbsContext> {
+        &self.inner.backend
+    }
+
+    /// The emulated device behind this context, if it is one (for counters and addresses).
+    pub fn emulator(&self) -> Option<&EmuContext> {
+        self.inner.emu.as_ref()
+    }
+
+    /// Device name.
+    pub fn name(&self) -> String {
+        self.inner.backend.device_name()
+    }
+
+    /// `ibv_query_device`.
+    pub fn query_device(&self) -> VerbsResult<DeviceAttr> {
+        self.inner.backend.query_device()
+    }
+
+    /// `ibv_query_port`.
+    pub fn query_port(&self, port_num: u8) -> VerbsResult<PortAttr> {
+        self.inner.backend.query_port(port_num)
+    }
+
+    /// `ibv_query_gid_ex`.
+    pub fn query_gid(&self, port_num: u8, index: u32) -> VerbsResult<GidEntry> {
+        self.inner.backend.query_gid(port_num, index)
+    }
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> VerbsResult<Pd> {
+        Pd::alloc(self)
+    }
+
+    /// `ibv_create_cq` with room for at least `cqe` completions.
+    pub fn create_cq(&self, cqe: u32) -> VerbsResult<Cq> {
+        Cq::create(self, cqe)
+    }
+}

@@ -1,0 +1,210 @@
+//! `softverbs pingpong`: RC SEND ping-pong between two processes, like ibv_rc_pingpong. The
+//! QP numbers, PSNs and GIDs are exchanged over a TCP side channel; the data goes over RoCEv2.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use softverbs::{
+    Gid, Mtu, RcConnectOptions, RcEndpoint, RecvWr, SendWr, VerbsError, VerbsResult, WcStatus,
+};
+
+use crate::rc_pair::{pattern, RcSide};
+
+/// Arguments of `softverbs pingpong`.
+#[derive(clap::Args)]
+pub struct PingpongArgs {
+    /// Device to use.
+    #[arg(long, short = 'd')]
+    pub device: String,
+    /// Serve: wait for a peer on this TCP address (side channel).
+    #[arg(long, conflicts_with = "connect")]
+    pub listen: Option<SocketAddr>,
+    /// Connect to a serving peer at this TCP address.
+    #[arg(long)]
+    pub connect: Option<SocketAddr>,
+    /// Message size in bytes.
+    #[arg(long, short = 's', default_value_t = 4096)]
+    pub size: usize,
+    /// Round trips.
+    #[arg(long, short = 'n', default_value_t = 100)]
+    pub iters: u64,
+    /// Path MTU in bytes.
+    #[arg(long, short = 'm', default_value_t = 1024)]
+    pub mtu: u32,
+    /// Seconds to wait for any one completion or for the peer.
+    #[arg(long, default_value_t = 20)]
+    pub timeout_secs: u64,
+}
+
+/// Runs one side; exit 0 only if every message in both directions was verified.
+pub fn run(args: &PingpongArgs) -> ExitCode {
+    match pingpong(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pingpong failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn io_err(e: std::io::Error) -> VerbsError {
+    VerbsError::Io {
+        errno: e.raw_os_error().unwrap_or(EIO),
+        message: format!("side channel: {e}"),
+    }
+}
+
+/// errno EIO, for side-channel failures without an OS error.
+const EIO: i32 = 5;
+
+fn encode(ep: &RcEndpoint) -> String {
+    format!(
+        "{:06x} {:06x} {} {}\n",
+        ep.qpn,
+        ep.psn,
+        ep.gid,
+        ep.udp_port.unwrap_or(0)
+    )
+}
+
+fn decode(line: &str) -> VerbsResult<RcEndpoint> {
+    let bad = || VerbsError::inval(format!("bad endpoint line {line:?}"));
+    let mut it = line.split_whitespace();
+    let qpn = u32::from_str_radix(it.next().ok_or_else(bad)?, 16).map_err(|_| bad())?;
+    let psn = u32::from_str_radix(it.next().ok_or_else(bad)?, 16).map_err(|_| bad())?;
+    let gid: std::net::Ipv6Addr = it.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+    let port: u16 = it.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+    Ok(RcEndpoint {
+        qpn,
+        psn,
+        gid: Gid(gid.octets()),
+        udp_port: (port != 0).then_some(port),
+    })
+}
+
+fn pingpong(args: &PingpongArgs) -> VerbsResult<()> {
+    let timeout = Duration::from_secs(args.timeout_secs);
+    let path_mtu = [
+        Mtu::Mtu256,
+        Mtu::Mtu512,
+        Mtu::Mtu1024,
+        Mtu::Mtu2048,
+        Mtu::Mtu4096,
+    ]
+    .into_iter()
+    .find(|m| m.bytes() == args.mtu)
+    .ok_or_else(|| VerbsError::inval(format!("--mtu {} is not an IB MTU", args.mtu)))?;
+    let side = RcSide::new(&args.device, args.size.max(1), 4)?;
+    let is_server = args.listen.is_some();
+    let stream = match (args.listen, args.connect) {
+        (Some(addr), None) => {
+            let listener = TcpListener::bind(addr).map_err(io_err)?;
+            println!("listening on {}", listener.local_addr().map_err(io_err)?);
+            listener.accept().map_err(io_err)?.0
+        }
+        (None, Some(addr)) => TcpStream::connect_timeout(&addr, timeout).map_err(io_err)?,
+        _ => {
+            return Err(VerbsError::inval(
+                "give exactly one of --listen and --connect",
+            ))
+        }
+    };
+    stream.set_read_timeout(Some(timeout)).map_err(io_err)?;
+    let mut reader = BufReader::new(stream.try_clone().map_err(io_err)?);
+    let mut writer = stream;
+
+    let my_psn = if is_server { 0x00_aaaa } else { 0x00_5555 };
+    let me = side.qp.endpoint(my_psn, 1)?;
+    writer.write_all(encode(&me).as_bytes()).map_err(io_err)?;
+    let mut line = String::new();
+    reader.read_line(&mut line).map_err(io_err)?;
+    let peer = decode(&line)?;
+    let opts = RcConnectOptions {
+        path_mtu,
+        ..RcConnectOptions::default()
+    };
+    side.qp.connect_rc(my_psn, &peer, &opts)?;
+    println!(
+        "{}: local QP {:#x} ({}), remote QP {:#x} ({})",
+        side.ctx.name(),
+        me.qpn,
+        me.gid,
+        peer.qpn,
+        peer.gid
+    );
+
+    let size = args.size;
+    let recv_wr = |i: u64| -> VerbsResult<RecvWr> {
+        Ok(RecvWr {
+            wr_id: i,
+            sg_list: vec![side.recv_mr.sge(0, size as u32)?],
+        })
+    };
+    // Each side has a receive posted before telling the other it is ready.
+    side.qp.post_recv(&[recv_wr(0)?]).map_err(|e| e.error)?;
+    writer.write_all(b"ready\n").map_err(io_err)?;
+    line.clear();
+    reader.read_line(&mut line).map_err(io_err)?;
+    if line.trim() != "ready" {
+        return Err(VerbsError::inval(format!(
+            "peer said {line:?}, expected ready"
+        )));
+    }
+
+    let started = Instant::now();
+    for i in 0..args.iters {
+        let (out_seq, in_seq) = if is_server {
+            (2 * i + 1, 2 * i)
+        } else {
+            (2 * i, 2 * i + 1)
+        };
+        if is_server {
+            expect_message(&side, in_seq, size, timeout)?;
+            side.qp.post_recv(&[recv_wr(i + 1)?]).map_err(|e| e.error)?;
+            send_message(&side, out_seq, size, timeout)?;
+        } else {
+            send_message(&side, out_seq, size, timeout)?;
+            expect_message(&side, in_seq, size, timeout)?;
+            side.qp.post_recv(&[recv_wr(i + 1)?]).map_err(|e| e.error)?;
+        }
+    }
+    let elapsed = started.elapsed();
+    println!(
+        "{} round trips of {} bytes, every byte verified; {:.1} us per round trip",
+        args.iters,
+        size,
+        elapsed.as_secs_f64() * 1e6 / args.iters.max(1) as f64
+    );
+    Ok(())
+}
+
+fn send_message(side: &RcSide, seq: u64, size: usize, timeout: Duration) -> VerbsResult<()> {
+    side.send_mr.write(0, &pattern(seq, size))?;
+    side.qp
+        .post_send(&[SendWr::send(seq, vec![side.send_mr.sge(0, size as u32)?])])
+        .map_err(|e| e.error)?;
+    let wc = side.cq.poll_one(timeout)?;
+    if wc.status != WcStatus::Success || wc.wr_id != seq {
+        return Err(VerbsError::inval(format!(
+            "send {seq} completed with {wc:?}"
+        )));
+    }
+    Ok(())
+}
+
+fn expect_message(side: &RcSide, seq: u64, size: usize, timeout: Duration) -> VerbsResult<()> {
+    let wc = side.cq.poll_one(timeout)?;
+    if wc.status != WcStatus::Success || wc.byte_len as usize != size {
+        return Err(VerbsError::inval(format!(
+            "receive of {seq} completed with {wc:?}"
+        )));
+    }
+    let mut got = vec![0u8; size];
+    side.recv_mr.read(0, &mut got)?;
+    if got != pattern(seq, size) {
+        return Err(VerbsError::inval(format!("message {seq}: data mismatch")));
+    }
+    Ok(())
+}
