@@ -1,0 +1,477 @@
+//! The RoCEv2 invariant CRC and how to check it when the IP header is not at hand.
+//!
+//! # What the ICRC covers
+//! CRC-32 (the zlib/Ethernet polynomial, init and final xor all-ones) over
+//! `8 x 0xff | IP header | UDP header | BTH | extension headers | payload | pad`, with the
+//! fields that routers may change masked to all-ones: IPv4 TOS, TTL and header checksum
+//! (IPv6 traffic class, flow label and hop limit), the UDP checksum, and BTH byte 4
+//! (FECN/BECN/reserved). The 4 ICRC bytes follow the pad, little-endian. IP and UDP
+//! lengths are derived from the RoCE packet's length (IPv4 header of 20 bytes, no options).
+//!
+//! # Receiving through a UDP socket: the IPv4 identification
+//! For IPv4 the CRC covers the identification and flags/fragment-offset fields, which a
+//! UDP socket does not report. [`solve_ipv4_identification`] recovers them instead of
+//! guessing: a CRC is affine over GF(2) in its message bits, so for a fixed length
+//! `crc(m with id) = crc(m with id 0) ^ L(id)`, with `L` linear. `L(id)` is the XOR of 16
+//! vectors `D_i = L(bit i)`: the raw CRC register after feeding bit `i` at the ID's
+//! position, then shifted through the zero bytes that follow, which is a 32x32 GF(2)
+//! matrix raised to the number of trailing bytes (zlib `crc32_combine` style squaring, so
+//! O(32^2 log n) work, no 65536-way search). Solving `L(id) = stored ^ crc(m with id 0)`
+//! is a 32-equation, 16-unknown linear system; CRC-32 detects every burst of up to 32
+//! bits, so the 16 vectors are independent and the solution, if any, is unique. Flags are
+//! tried as DF (0x4000) first, then 0; ID 0 is the fast path because an unconnected Linux
+//! UDP socket sending with DF uses IP ID 0, which is what our own sender produces.
+//!
+//! Strength: with the ID unknown, only 32 - 16 = 16 bits of the ICRC are a check (per
+//! flags value tried, so about 2^-15 of random corruptions are accepted, versus 2^-32 when
+//! the whole IP header is known). The UDP checksum (rxe sends 0) and the Ethernet FCS,
+//! checked by the kernel before the socket sees the datagram, are the other line of
+//! defence; for IPv6 there is no ID and the full 32-bit check applies.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use super::bth::BTH_LEN;
+use super::roce::ICRC_LEN;
+
+/// The IP header fields the ICRC covers (besides lengths, which follow from the packet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IpHeaderInfo {
+    /// IPv4.
+    V4 {
+        /// Source address.
+        src: Ipv4Addr,
+        /// Destination address.
+        dst: Ipv4Addr,
+        /// Identification field.
+        identification: u16,
+        /// Flags and fragment offset (0x4000 = DF, no fragment).
+        flags_fragment: u16,
+    },
+    /// IPv6 (no extension headers).
+    V6 {
+        /// Source address.
+        src: Ipv6Addr,
+        /// Destination address.
+        dst: Ipv6Addr,
+    },
+}
+
+/// Everything outside the RoCE packet that its ICRC depends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IcrcContext {
+    /// IP header fields.
+    pub ip: IpHeaderInfo,
+    /// UDP source port.
+    pub udp_src_port: u16,
+    /// UDP destination port (4791).
+    pub udp_dst_port: u16,
+}
+
+/// The IPv4 "don't fragment" flag in `flags_fragment`.
+pub const IPV4_FLAG_DF: u16 = 0x4000;
+
+const IPV4_HEADER_LEN: usize = 20;
+const IPV6_HEADER_LEN: usize = 40;
+const UDP_HEADER_LEN: usize = 8;
+const IP_PROTO_UDP: u8 = 17;
+/// Offset of the IPv4 identification in the CRC input (after the 8 0xff bytes).
+const IPV4_ID_OFFSET: usize = 8 + 4;
+/// Reflected CRC-32 polynomial.
+const POLY: u32 = 0xedb8_8320;
+
+/// Length-dependent 16-bit fields, truncated like the wire fields would be.
+fn len16(n: usize) -> [u8; 2] {
+    (n as u16).to_be_bytes()
+}
+
+/// The masked IP + UDP header bytes that precede the RoCE packet in the CRC input.
+fn pseudo_headers(ctx: &IcrcContext, packet_len: usize, out: &mut Vec<u8>) {
+    let udp_len = UDP_HEADER_LEN + packet_len;
+    out.extend_from_slice(&[0xff; 8]);
+    match ctx.ip {
+        IpHeaderInfo::V4 {
+            src,
+            dst,
+            identification,
+            flags_fragment,
+        } => {
+            out.extend_from_slice(&[0x45, 0xff]);
+            out.extend_from_slice(&len16(IPV4_HEADER_LEN + udp_len));
+            out.extend_from_slice(&identification.to_be_bytes());
+            out.extend_from_slice(&flags_fragment.to_be_bytes());
+            out.extend_from_slice(&[0xff, IP_PROTO_UDP, 0xff, 0xff]);
+            out.extend_from_slice(&src.octets());
+            out.extend_from_slice(&dst.octets());
+        }
+        IpHeaderInfo::V6 { src, dst } => {
+            out.extend_from_slice(&[0x6f, 0xff, 0xff, 0xff]);
+            out.extend_from_slice(&len16(udp_len));
+            out.extend_from_slice(&[IP_PROTO_UDP, 0xff]);
+            out.extend_from_slice(&src.octets());
+            out.extend_from_slice(&dst.octets());
+        }
+    }
+    out.extend_from_slice(&ctx.udp_src_port.to_be_bytes());
+    out.extend_from_slice(&ctx.udp_dst_port.to_be_bytes());
+    out.extend_from_slice(&len16(udp_len));
+    out.extend_from_slice(&[0xff, 0xff]);
+}
+
+/// ICRC of `packet`, the whole UDP payload (BTH..ICRC); its last 4 bytes are not covered.
+/// A packet shorter than 4 bytes is treated as having no covered bytes.
+pub fn compute_icrc(ctx: &IcrcContext, packet: &[u8]) -> u32 {
+    let mut head = Vec::with_capacity(8 + IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN);
+    pseudo_headers(ctx, packet.len(), &mut head);
+    let covered = &packet[..packet.len().saturating_sub(ICRC_LEN)];
+    let bth_end = covered.len().min(BTH_LEN);
+    head.extend_from_slice(&covered[..bth_end]);
+    if bth_end > 4 {
+        // FECN, BECN and the reserved bits may change in flight.
+        let at = head.len() - bth_end + 4;
+        head[at] = 0xff;
+    }
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&head);
+    hasher.update(&covered[bth_end..]);
+    hasher.finalize()
+}
+
+/// Computes the ICRC and stores it little-endian in the last 4 bytes of `packet`
+/// (does nothing if `packet` is shorter than 4 bytes).
+pub fn write_icrc(ctx: &IcrcContext, packet: &mut [u8]) {
+    if packet.len() < ICRC_LEN {
+        return;
+    }
+    let icrc = compute_icrc(ctx, packet);
+    let at = packet.len() - ICRC_LEN;
+    packet[at..].copy_from_slice(&icrc.to_le_bytes());
+}
+
+/// The ICRC stored in the last 4 bytes of `packet`, if it has them.
+pub fn stored_icrc(packet: &[u8]) -> Option<u32> {
+    let at = packet.len().checked_sub(ICRC_LEN)?;
+    let mut b = [0u8; ICRC_LEN];
+    b.copy_from_slice(&packet[at..]);
+    Some(u32::from_le_bytes(b))
+}
+
+/// Whether the stored ICRC matches the packet in `ctx`.
+pub fn verify_icrc(ctx: &IcrcContext, packet: &[u8]) -> bool {
+    stored_icrc(packet) == Some(compute_icrc(ctx, packet))
+}
+
+/// Finds the IPv4 identification and flags under which the stored ICRC of `packet`
+/// (a datagram received on a UDP socket, which hides them) is correct; `None` if there is
+/// none, i.e. the packet is corrupt. See the module documentation for the method and its
+/// weaker (16-bit) check.
+pub fn solve_ipv4_identification(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    udp_src_port: u16,
+    udp_dst_port: u16,
+    packet: &[u8],
+) -> Option<IpHeaderInfo> {
+    let stored = stored_icrc(packet)?;
+    let ctx_with = |flags_fragment| IcrcContext {
+        ip: IpHeaderInfo::V4 {
+            src,
+            dst,
+            identification: 0,
+            flags_fragment,
+        },
+        udp_src_port,
+        udp_dst_port,
+    };
+    let mut basis: Option<IdBasis> = None;
+    for flags_fragment in [IPV4_FLAG_DF, 0] {
+        let target = stored ^ compute_icrc(&ctx_with(flags_fragment), packet);
+        let identification = if target == 0 {
+            0
+        } else {
+            // Length of the CRC input after the 2 ID bytes.
+            let covered = packet.len() - ICRC_LEN;
+            let trailing = 8 + IPV4_HEADER_LEN + UDP_HEADER_LEN + covered - (IPV4_ID_OFFSET + 2);
+            match basis
+                .get_or_insert_with(|| IdBasis::new(trailing))
+                .solve(target)
+            {
+                Some(id) => id,
+                None => continue,
+            }
+        };
+        return Some(IpHeaderInfo::V4 {
+            src,
+            dst,
+            identification,
+            flags_fragment,
+        });
+    }
+    None
+}
+
+/// A 32x32 matrix over GF(2): column `k` is the image of register bit `k`.
+type Gf2Matrix = [u32; 32];
+
+fn gf2_times(m: &Gf2Matrix, mut v: u32) -> u32 {
+    let mut out = 0;
+    let mut k = 0;
+    while v != 0 {
+        if v & 1 != 0 {
+            out ^= m[k];
+        }
+        v >>= 1;
+        k += 1;
+    }
+    out
+}
+
+fn gf2_square(m: &Gf2Matrix) -> Gf2Matrix {
+    let mut out = [0u32; 32];
+    for (k, col) in out.iter_mut().enumerate() {
+        *col = gf2_times(m, m[k]);
+    }
+    out
+}
+
+/// One step of the raw (init 0, no final xor) reflected CRC register on one input bit 0.
+fn shift_zero_bit(r: u32) -> u32 {
+    if r & 1 != 0 {
+        (r >> 1) ^ POLY
+    } else {
+        r >> 1
+    }
+}
+
+/// Raw CRC register after feeding `bytes` starting from register 0.
+fn raw_crc(bytes: &[u8]) -> u32 {
+    let mut r = 0u32;
+    for &b in bytes {
+        r ^= u32::from(b);
+        for _ in 0..8 {
+            r = shift_zero_bit(r);
+        }
+    }
+    r
+}
+
+/// The 16 vectors `D_i` for one packet length, reduced to an echelon basis that
+/// remembers which ID bits make up each row.
+struct IdBasis {
+    /// (row, ID bits combined into it), at most one row per leading bit.
+    rows: Vec<(u32, u16)>,
+}
+
+impl IdBasis {
+    fn new(trailing_zero_bytes: usize) -> IdBasis {
+        // D_i before the trailing zeros: the ID field is big-endian, bit i of the u16.
+        let mut vecs: [u32; 16] = core::array::from_fn(|i| raw_crc(&(1u16 << i).to_be_bytes()));
+        // Operator "feed one zero byte", then square-and-multiply up to the trailing count.
+        let mut op: Gf2Matrix = core::array::from_fn(|k| {
+            let mut r = 1u32 << k;
+            for _ in 0..8 {
+                r = shift_zero_bit(r);
+            }
+            r
+        });
+        let mut n = trailing_zero_bytes;
+        while n != 0 {
+            if n & 1 != 0 {
+                for v in vecs.iter_mut() {
+                    *v = gf2_times(&op, *v);
+                }
+            }
+            n >>= 1;
+            if n != 0 {
+                op = gf2_square(&op);
+            }
+        }
+        let mut basis = IdBasis {
+            rows: Vec::with_capacity(16),
+        };
+        for (i, v) in vecs.into_iter().enumerate() {
+            basis.insert(v, 1 << i);
+        }
+        basis
+    }
+
+    /// Gaussian elimination, one vector at a time, keyed by the highest set bit.
+    fn insert(&mut self, mut v: u32, mut combo: u16) {
+        for &(row, row_combo) in &self.rows {
+            if v ^ row < v {
+                v ^= row;
+                combo ^= row_combo;
+            }
+        }
+        if v != 0 {
+            self.rows.push((v, combo));
+            self.rows
+                .sort_unstable_by_key(|&(row, _)| std::cmp::Reverse(row));
+        }
+    }
+
+    /// The ID bits whose D vectors XOR to `target`, if any.
+    fn solve(&self, mut target: u32) -> Option<u16> {
+        let mut id = 0u16;
+        for &(row, combo) in &self.rows {
+            // Rows sorted by leading bit, descending: clear target's leading bits in turn.
+            if target ^ row < target {
+                target ^= row;
+                id ^= combo;
+            }
+        }
+        (target == 0).then_some(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    // ib_atomic_lat_cmp_swap_mtu1500.pcap frame 24: 10.77.0.1 -> 10.77.0.2, IP ID 0x5f3e,
+    // DF, UDP 50912 -> 4791, RC ATOMIC ACKNOWLEDGE.
+    fn atomic_ack() -> (IcrcContext, Vec<u8>) {
+        let ctx = IcrcContext {
+            ip: IpHeaderInfo::V4 {
+                src: Ipv4Addr::new(10, 77, 0, 1),
+                dst: Ipv4Addr::new(10, 77, 0, 2),
+                identification: 0x5f3e,
+                flags_fragment: IPV4_FLAG_DF,
+            },
+            udp_src_port: 50912,
+            udp_dst_port: 4791,
+        };
+        (
+            ctx,
+            hex("1200ffff00000028009b726e1f0000014bc42cbaa56198f13386a267"),
+        )
+    }
+
+    #[test]
+    fn real_packet_verifies() {
+        let (ctx, p) = atomic_ack();
+        assert_eq!(compute_icrc(&ctx, &p), 0x67a2_8633);
+        assert!(verify_icrc(&ctx, &p));
+        let mut wrong = ctx;
+        wrong.udp_src_port ^= 1;
+        assert!(!verify_icrc(&wrong, &p));
+    }
+
+    #[test]
+    fn masked_fields_do_not_matter() {
+        let (ctx, mut p) = atomic_ack();
+        p[4] = 0xc0; // FECN + BECN set in flight
+        assert!(verify_icrc(&ctx, &p));
+        p[5] ^= 1; // the destination QP is covered
+        assert!(!verify_icrc(&ctx, &p));
+    }
+
+    #[test]
+    fn write_icrc_stores_le() {
+        let (ctx, p) = atomic_ack();
+        let mut q = p.clone();
+        q[24..].fill(0);
+        write_icrc(&ctx, &mut q);
+        assert_eq!(q, p);
+        let mut tiny = [1u8, 2];
+        write_icrc(&ctx, &mut tiny);
+        assert_eq!(tiny, [1, 2]);
+        assert!(!verify_icrc(&ctx, &tiny));
+    }
+
+    #[test]
+    fn solve_finds_the_captured_id() {
+        let (ctx, p) = atomic_ack();
+        let got = solve_ipv4_identification(
+            Ipv4Addr::new(10, 77, 0, 1),
+            Ipv4Addr::new(10, 77, 0, 2),
+            50912,
+            4791,
+            &p,
+        );
+        assert_eq!(got, Some(ctx.ip));
+    }
+
+    #[test]
+    fn solve_handles_id_zero_and_no_df() {
+        let (mut ctx, mut p) = atomic_ack();
+        for (id, flags) in [
+            (0, IPV4_FLAG_DF),
+            (0xffff, 0),
+            (0x8001, IPV4_FLAG_DF),
+            (0x1234, 0),
+        ] {
+            let IpHeaderInfo::V4 { src, dst, .. } = ctx.ip else {
+                unreachable!()
+            };
+            ctx.ip = IpHeaderInfo::V4 {
+                src,
+                dst,
+                identification: id,
+                flags_fragment: flags,
+            };
+            write_icrc(&ctx, &mut p);
+            assert_eq!(
+                solve_ipv4_identification(src, dst, 50912, 4791, &p),
+                Some(ctx.ip)
+            );
+        }
+    }
+
+    // Brute force over all IDs for one small packet: the matrix method agrees with it.
+    #[test]
+    fn solve_matches_brute_force() {
+        let (ctx, p) = atomic_ack();
+        let IpHeaderInfo::V4 { src, dst, .. } = ctx.ip else {
+            unreachable!()
+        };
+        let brute: Vec<u16> = (0..=u16::MAX)
+            .filter(|&id| {
+                let c = IcrcContext {
+                    ip: IpHeaderInfo::V4 {
+                        src,
+                        dst,
+                        identification: id,
+                        flags_fragment: IPV4_FLAG_DF,
+                    },
+                    ..ctx
+                };
+                verify_icrc(&c, &p)
+            })
+            .collect();
+        assert_eq!(brute, [0x5f3e]);
+    }
+
+    #[test]
+    fn solve_rejects_short_or_corrupt() {
+        let (_, mut p) = atomic_ack();
+        let (s, d) = (Ipv4Addr::new(10, 77, 0, 1), Ipv4Addr::new(10, 77, 0, 2));
+        assert_eq!(solve_ipv4_identification(s, d, 50912, 4791, &p[..3]), None);
+        p[13] ^= 0x01;
+        assert_eq!(solve_ipv4_identification(s, d, 50912, 4791, &p), None);
+    }
+
+    #[test]
+    fn ipv6_pseudo_header() {
+        // rc_pingpong_ipv6gid_mtu1500.pcap: checked end to end in tests/conformance_captures.rs;
+        // here only that traffic class / flow label / hop limit are not inputs.
+        let ctx = IcrcContext {
+            ip: IpHeaderInfo::V6 {
+                src: Ipv6Addr::LOCALHOST,
+                dst: Ipv6Addr::UNSPECIFIED,
+            },
+            udp_src_port: 1,
+            udp_dst_port: 4791,
+        };
+        let mut head = Vec::new();
+        pseudo_headers(&ctx, 20, &mut head);
+        assert_eq!(head.len(), 8 + 40 + 8);
+        assert_eq!(&head[8..16], &[0x6f, 0xff, 0xff, 0xff, 0x00, 28, 17, 0xff]);
+    }
+}
