@@ -9,5 +9,6 @@
 pub mod engine;
 pub mod memory;
 pub mod net;
+pub mod sim;
 pub mod transport;
 pub mod wire;

@@ -1,0 +1,417 @@
+//! Two QPs, a virtual network between them and a virtual clock.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+
+use softverbs_api::{
+    qp::AhAttr, AccessFlags, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendWr,
+};
+
+use super::faults::{FaultConfig, SimRng};
+use crate::memory::{MrTable, RdmaBuffer};
+use crate::transport::{Completion, Env, Outputs, TransportQp};
+use crate::wire::{solve_ipv4_identification, write_icrc, IcrcContext, IpHeaderInfo, RoceRepr};
+
+/// One-way delay of the virtual network, in ns.
+const BASE_DELAY_NS: u64 = 10_000;
+/// Extra delay of a reordered packet, at most, in ns.
+const REORDER_DELAY_NS: u64 = 50_000;
+/// Delay after which a duplicate copy arrives, at most, in ns.
+const DUP_DELAY_NS: u64 = 30_000;
+
+/// One end of the pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Side {
+    /// The first QP (address 127.0.0.1).
+    A,
+    /// The second QP (address 127.0.0.2).
+    B,
+}
+
+impl Side {
+    fn other(self) -> Side {
+        match self {
+            Side::A => Side::B,
+            Side::B => Side::A,
+        }
+    }
+    fn ip(self) -> Ipv4Addr {
+        match self {
+            Side::A => Ipv4Addr::new(127, 0, 0, 1),
+            Side::B => Ipv4Addr::new(127, 0, 0, 2),
+        }
+    }
+}
+
+/// What happened, in order: the trace two runs of one seed must share.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TraceEvent {
+    /// A packet left `from` (its one-line decode).
+    Sent {
+        /// Virtual time.
+        at_ns: u64,
+        /// Sender.
+        from: Side,
+        /// Decoded packet.
+        packet: String,
+        /// The packet's bytes (BTH .. ICRC) as sent, before any fault.
+        bytes: Vec<u8>,
+    },
+    /// The network dropped a packet.
+    Dropped {
+        /// Virtual time.
+        at_ns: u64,
+        /// Sender.
+        from: Side,
+    },
+    /// A packet failed the ICRC check at the receiver.
+    IcrcRejected {
+        /// Virtual time.
+        at_ns: u64,
+        /// Receiver.
+        to: Side,
+    },
+    /// A completion was produced.
+    Completed {
+        /// Virtual time.
+        at_ns: u64,
+        /// Where.
+        side: Side,
+        /// The completion.
+        completion: Completion,
+    },
+}
+
+/// One node: its memory and its QP.
+pub struct SimNode {
+    /// Memory regions.
+    pub mem: MrTable,
+    /// The QP under test.
+    pub qp: TransportQp,
+    /// Completions produced so far, oldest first (drained by the test as it likes).
+    pub completions: Vec<Completion>,
+    /// Buffers registered in `mem`, kept alive for the node's life.
+    pub buffers: Vec<RdmaBuffer>,
+}
+
+/// Two connected RC QPs over a faulty virtual network.
+pub struct SimPair {
+    /// Node A.
+    pub a: SimNode,
+    /// Node B.
+    pub b: SimNode,
+    /// Virtual time, ns.
+    pub now_ns: u64,
+    rng: SimRng,
+    faults: FaultConfig,
+    burst_left: u32,
+    /// Packets on the wire: (arrival time, sequence for ties) -> (receiver, UDP source port,
+    /// bytes).
+    wire: BTreeMap<(u64, u64), (Side, u16, Vec<u8>)>,
+    wire_seq: u64,
+    /// Everything that happened.
+    pub trace: Vec<TraceEvent>,
+}
+
+/// PD every simulated QP and MR uses.
+pub const SIM_PD: u32 = 1;
+
+impl SimPair {
+    /// Two RC QPs in RTS, connected, with `faults` on both directions.
+    pub fn new_rc(seed: u64, faults: FaultConfig, mtu: Mtu, attrs: &QpAttr) -> SimPair {
+        let cap = QpCap {
+            max_send_wr: 1024,
+            max_recv_wr: 1024,
+            max_send_sge: 8,
+            max_recv_sge: 8,
+            max_inline_data: 64,
+        };
+        let node = |qpn| SimNode {
+            mem: MrTable::new(64),
+            qp: TransportQp::new(qpn, QpType::Rc, SIM_PD, false, cap),
+            completions: Vec::new(),
+            buffers: Vec::new(),
+        };
+        let mut pair = SimPair {
+            a: node(0x11),
+            b: node(0x12),
+            now_ns: 0,
+            rng: SimRng::new(seed),
+            faults,
+            burst_left: 0,
+            wire: BTreeMap::new(),
+            wire_seq: 0,
+            trace: Vec::new(),
+        };
+        pair.connect(Side::A, 0x12, mtu, attrs);
+        pair.connect(Side::B, 0x11, mtu, attrs);
+        pair
+    }
+
+    /// The node of `side`.
+    pub fn node(&mut self, side: Side) -> &mut SimNode {
+        match side {
+            Side::A => &mut self.a,
+            Side::B => &mut self.b,
+        }
+    }
+
+    fn connect(&mut self, side: Side, dest_qpn: u32, mtu: Mtu, attrs: &QpAttr) {
+        let peer_ip = IpAddr::V4(side.other().ip());
+        let attr = QpAttr {
+            qp_state: QpState::Rts,
+            path_mtu: mtu,
+            dest_qp_num: dest_qpn,
+            rq_psn: attrs.rq_psn,
+            sq_psn: attrs.sq_psn,
+            timeout: attrs.timeout,
+            retry_cnt: attrs.retry_cnt,
+            rnr_retry: attrs.rnr_retry,
+            min_rnr_timer: attrs.min_rnr_timer,
+            qp_access_flags: AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+            ah_attr: AhAttr {
+                dgid: Gid::from_ip(peer_ip),
+                port_num: 1,
+                ..AhAttr::default()
+            },
+            ..QpAttr::default()
+        };
+        let mask = QpAttrMask::STATE
+            | QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN
+            | QpAttrMask::SQ_PSN
+            | QpAttrMask::TIMEOUT
+            | QpAttrMask::RETRY_CNT
+            | QpAttrMask::RNR_RETRY
+            | QpAttrMask::MIN_RNR_TIMER
+            | QpAttrMask::ACCESS_FLAGS;
+        let mut out = Outputs::default();
+        self.node(side).qp.apply_modify(&attr, mask, &mut out);
+    }
+
+    /// Registers a zeroed buffer of `len` bytes on `side`; returns (address, lkey, rkey).
+    pub fn register(&mut self, side: Side, len: usize, access: AccessFlags) -> (u64, u32, u32) {
+        let node = self.node(side);
+        let buf = RdmaBuffer::new(len).expect("allocation");
+        let keys = node
+            .mem
+            .register(SIM_PD, buf.addr(), len as u64, access)
+            .expect("registration");
+        let addr = buf.addr();
+        node.buffers.push(buf);
+        (addr, keys.lkey, keys.rkey)
+    }
+
+    /// Posts send WRs on `side`.
+    pub fn post_send(
+        &mut self,
+        side: Side,
+        wrs: &[SendWr],
+    ) -> Result<(), softverbs_api::PostError> {
+        let mut out = Outputs::default();
+        let now_ns = self.now_ns;
+        let node = self.node(side);
+        let env = Env {
+            mem: &node.mem,
+            now_ns,
+        };
+        let r = node.qp.post_send(wrs, &env, &mut out);
+        self.absorb(side, out);
+        r
+    }
+
+    /// Posts receive WRs on `side`.
+    pub fn post_recv(
+        &mut self,
+        side: Side,
+        wrs: &[RecvWr],
+    ) -> Result<(), softverbs_api::PostError> {
+        let mut out = Outputs::default();
+        let r = self.node(side).qp.post_recv(wrs, &mut out);
+        self.absorb(side, out);
+        r
+    }
+
+    /// Handles the transport's outputs: packets onto the (faulty) wire, completions recorded.
+    fn absorb(&mut self, from: Side, mut out: Outputs) {
+        let now = self.now_ns;
+        for c in out.completions.drain(..) {
+            self.trace.push(TraceEvent::Completed {
+                at_ns: now,
+                side: from,
+                completion: c,
+            });
+            self.node(from).completions.push(c);
+        }
+        for mut packet in out.packets.drain(..) {
+            let ctx = IcrcContext {
+                ip: IpHeaderInfo::V4 {
+                    src: from.ip(),
+                    dst: from.other().ip(),
+                    identification: 0,
+                    flags_fragment: 0x4000,
+                },
+                udp_src_port: packet.udp_src_port,
+                udp_dst_port: packet.udp_dst_port,
+            };
+            write_icrc(&ctx, &mut packet.bytes);
+            let decoded = RoceRepr::parse(&packet.bytes)
+                .map(|(r, _)| r.to_string())
+                .unwrap_or_else(|e| format!("unparsable: {e}"));
+            self.trace.push(TraceEvent::Sent {
+                at_ns: now,
+                from,
+                packet: decoded,
+                bytes: packet.bytes.clone(),
+            });
+            self.transmit(from, packet.bytes, packet.udp_src_port);
+        }
+    }
+
+    fn transmit(&mut self, from: Side, mut bytes: Vec<u8>, src_port: u16) {
+        let f = self.faults;
+        if self.burst_left > 0 {
+            self.burst_left -= 1;
+            self.trace.push(TraceEvent::Dropped {
+                at_ns: self.now_ns,
+                from,
+            });
+            return;
+        }
+        if self.rng.chance(f.loss_per_mille) {
+            if f.burst_max > 0 && self.rng.chance(f.burst_per_mille) {
+                self.burst_left = 1 + self.rng.below(f.burst_max as u64) as u32;
+            }
+            self.trace.push(TraceEvent::Dropped {
+                at_ns: self.now_ns,
+                from,
+            });
+            return;
+        }
+        if !bytes.is_empty() && self.rng.chance(f.corrupt_per_mille) {
+            let i = self.rng.below(bytes.len() as u64) as usize;
+            bytes[i] ^= 1 << self.rng.below(8);
+        }
+        let mut at = self.now_ns + BASE_DELAY_NS;
+        if self.rng.chance(f.reorder_per_mille) {
+            at += 1 + self.rng.below(REORDER_DELAY_NS);
+        }
+        if self.rng.chance(f.dup_per_mille) {
+            let dup_at = at + 1 + self.rng.below(DUP_DELAY_NS);
+            self.enqueue(dup_at, from.other(), src_port, bytes.clone());
+        }
+        self.enqueue(at, from.other(), src_port, bytes);
+    }
+
+    fn enqueue(&mut self, at: u64, to: Side, src_port: u16, bytes: Vec<u8>) {
+        self.wire_seq += 1;
+        self.wire.insert((at, self.wire_seq), (to, src_port, bytes));
+    }
+
+    /// Stops injecting faults (for "once faults stop, everything completes").
+    pub fn heal(&mut self) {
+        self.faults = FaultConfig::none();
+        self.burst_left = 0;
+    }
+
+    /// Runs the next event (a packet arrival or a QP deadline), advancing the clock to it.
+    /// Returns false when nothing is left to happen.
+    pub fn step(&mut self) -> bool {
+        let next_packet = self.wire.keys().next().map(|k| k.0);
+        let deadlines = [
+            (Side::A, self.a.qp.next_deadline_ns()),
+            (Side::B, self.b.qp.next_deadline_ns()),
+        ];
+        let next_timer = deadlines
+            .iter()
+            .filter_map(|(s, d)| d.map(|d| (d, *s)))
+            .min();
+        match (next_packet, next_timer) {
+            (None, None) => false,
+            (Some(p), t) if t.is_none_or(|(d, _)| p <= d) => {
+                let Some(((at, _), (to, src_port, bytes))) = self.wire.pop_first() else {
+                    return false;
+                };
+                self.now_ns = self.now_ns.max(at);
+                self.deliver(to, src_port, &bytes);
+                true
+            }
+            (_, Some((d, side))) => {
+                self.now_ns = self.now_ns.max(d);
+                let mut out = Outputs::default();
+                let now_ns = self.now_ns;
+                let node = self.node(side);
+                let env = Env {
+                    mem: &node.mem,
+                    now_ns,
+                };
+                node.qp.on_timer(&env, &mut out);
+                self.absorb(side, out);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn deliver(&mut self, to: Side, src_port: u16, bytes: &[u8]) {
+        let from = to.other();
+        // Same check as the engine: IPv4 receivers solve for the IP identification.
+        let ok = solve_ipv4_identification(from.ip(), to.ip(), src_port, 4791, bytes).is_some();
+        if !ok {
+            self.trace.push(TraceEvent::IcrcRejected {
+                at_ns: self.now_ns,
+                to,
+            });
+            return;
+        }
+        let Ok((repr, _)) = RoceRepr::parse(bytes) else {
+            return;
+        };
+        let mut out = Outputs::default();
+        let now_ns = self.now_ns;
+        let node = self.node(to);
+        let env = Env {
+            mem: &node.mem,
+            now_ns,
+        };
+        node.qp.on_packet(&repr, &env, &mut out);
+        self.absorb(to, out);
+    }
+
+    /// Steps until nothing is left or `max_steps` ran; returns the steps taken.
+    pub fn run(&mut self, max_steps: usize) -> usize {
+        let mut n = 0;
+        while n < max_steps && self.step() {
+            n += 1;
+        }
+        n
+    }
+
+    /// Reads `len` bytes at `addr` of a buffer registered on `side`.
+    pub fn read(&mut self, side: Side, addr: u64, len: usize) -> Vec<u8> {
+        let node = self.node(side);
+        for b in &node.buffers {
+            if addr >= b.addr() && addr + len as u64 <= b.addr() + b.len() as u64 {
+                let mut v = vec![0u8; len];
+                let _ = b.read((addr - b.addr()) as usize, &mut v);
+                return v;
+            }
+        }
+        Vec::new()
+    }
+
+    /// Writes bytes at `addr` of a buffer registered on `side`.
+    pub fn write(&mut self, side: Side, addr: u64, data: &[u8]) {
+        let node = self.node(side);
+        for b in &node.buffers {
+            if addr >= b.addr() && addr + data.len() as u64 <= b.addr() + b.len() as u64 {
+                let _ = b.write((addr - b.addr()) as usize, data);
+                return;
+            }
+        }
+    }
+}

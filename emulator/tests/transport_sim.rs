@@ -1,0 +1,544 @@
+//! The RC transport under the deterministic simulator: segmentation and ACK pattern, exactly-once
+//! in-order delivery under loss / duplication / reordering / corruption, exact retry and RNR
+//! exhaustion, PSN wrap-around, the unacked-PSN window, and same-seed determinism.
+//!
+//! `SOFTVERBS_SIM_SEEDS=N` runs N seeds of the randomized test instead of the default.
+
+use softverbs_api::{AccessFlags, Mtu, QpAttr, RecvWr, SendWr, Sge, WcFlags, WcOpcode, WcStatus};
+use softverbs_emu::sim::{FaultConfig, Side, SimPair, SimRng, TraceEvent};
+use softverbs_emu::transport::CompletionTarget;
+use softverbs_emu::wire::{Opcode, RoceRepr};
+
+fn attrs(retry_cnt: u8, rnr_retry: u8) -> QpAttr {
+    QpAttr {
+        sq_psn: 100,
+        rq_psn: 100,
+        timeout: 10, // ~4 ms of virtual time
+        retry_cnt,
+        rnr_retry,
+        min_rnr_timer: 1, // 10 us
+        ..QpAttr::default()
+    }
+}
+
+fn sent_by(pair: &SimPair, side: Side) -> Vec<Vec<u8>> {
+    pair.trace
+        .iter()
+        .filter_map(|e| match e {
+            TraceEvent::Sent { from, bytes, .. } if *from == side => Some(bytes.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn opcode_of(bytes: &[u8]) -> Opcode {
+    RoceRepr::parse(bytes)
+        .expect("own packets parse")
+        .0
+        .bth
+        .opcode
+}
+
+#[test]
+fn send_is_segmented_like_rxe_and_acked_once() {
+    let mut p = SimPair::new_rc(1, FaultConfig::none(), Mtu::Mtu1024, &attrs(7, 7));
+    let (src, lkey, _) = p.register(Side::A, 3000, AccessFlags::LOCAL_WRITE);
+    let (dst, rlkey, _) = p.register(Side::B, 3000, AccessFlags::LOCAL_WRITE);
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+    p.write(Side::A, src, &data);
+    p.post_recv(
+        Side::B,
+        &[RecvWr {
+            wr_id: 9,
+            sg_list: vec![Sge {
+                addr: dst,
+                length: 3000,
+                lkey: rlkey,
+            }],
+        }],
+    )
+    .unwrap();
+    p.post_send(
+        Side::A,
+        &[SendWr::send(
+            1,
+            vec![Sge {
+                addr: src,
+                length: 3000,
+                lkey,
+            }],
+        )],
+    )
+    .unwrap();
+    p.run(10_000);
+    let a = sent_by(&p, Side::A);
+    let ops: Vec<Opcode> = a.iter().map(|b| opcode_of(b)).collect();
+    assert_eq!(
+        ops,
+        [
+            Opcode::RC_SEND_FIRST,
+            Opcode::RC_SEND_MIDDLE,
+            Opcode::RC_SEND_LAST
+        ]
+    );
+    let reprs: Vec<_> = a.iter().map(|b| RoceRepr::parse(b).unwrap().0).collect();
+    assert_eq!(
+        reprs.iter().map(|r| r.bth.ack_req).collect::<Vec<_>>(),
+        [false, false, true]
+    );
+    assert_eq!(
+        reprs.iter().map(|r| r.bth.psn.value()).collect::<Vec<_>>(),
+        [100, 101, 102]
+    );
+    assert_eq!(
+        reprs.iter().map(|r| r.payload.len()).collect::<Vec<_>>(),
+        [1024, 1024, 952]
+    );
+    let b = sent_by(&p, Side::B);
+    assert_eq!(b.len(), 1, "one ACK for one AckReq packet");
+    let ack = RoceRepr::parse(&b[0]).unwrap().0;
+    assert_eq!(ack.bth.opcode, Opcode::RC_ACKNOWLEDGE);
+    assert_eq!(ack.bth.psn.value(), 102);
+    let aeth = ack.aeth.unwrap();
+    assert_eq!((aeth.syndrome, aeth.msn), (0x1f, 1));
+    assert_eq!(p.read(Side::B, dst, 3000), data);
+    assert_eq!(p.b.completions.len(), 1);
+    assert_eq!(p.b.completions[0].wc.byte_len, 3000);
+    assert_eq!(p.a.completions.len(), 1);
+    assert_eq!(p.a.completions[0].wc.status, WcStatus::Success);
+}
+
+/// One randomized run: both directions carry `messages` SENDs (some with immediate data) of
+/// random sizes and SGE splits; returns a description of the first violation, if any.
+fn run_oracle(seed: u64, faults: FaultConfig, messages: usize) -> Result<SimPair, String> {
+    let mut rng = SimRng::new(seed ^ 0xA5A5);
+    let mtu = [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu4096][rng.below(4) as usize];
+    let mut p = SimPair::new_rc(seed, faults, mtu, &attrs(7, 7));
+    let max_len = 6000usize;
+    let mut expected: Vec<(Side, Vec<u8>, Option<u32>, u64, usize)> = Vec::new();
+    for side in [Side::A, Side::B] {
+        let receiver = if side == Side::A { Side::B } else { Side::A };
+        let (src, lkey, _) = p.register(side, max_len * messages, AccessFlags::LOCAL_WRITE);
+        let (dst, rlkey, _) = p.register(receiver, max_len * messages, AccessFlags::LOCAL_WRITE);
+        let mut recvs = Vec::new();
+        let mut sends = Vec::new();
+        for m in 0..messages {
+            let len = match rng.below(4) {
+                0 => rng.below(8) as usize,
+                _ => rng.below(max_len as u64 + 1) as usize,
+            };
+            let data: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+            let base = (m * max_len) as u64;
+            p.write(side, src + base, &data);
+            let cut = if len == 0 {
+                0
+            } else {
+                rng.below(len as u64) as u32
+            };
+            let gather = vec![
+                Sge {
+                    addr: src + base,
+                    length: cut,
+                    lkey,
+                },
+                Sge {
+                    addr: src + base + cut as u64,
+                    length: len as u32 - cut,
+                    lkey,
+                },
+            ];
+            let rcut = rng.below(max_len as u64) as u32;
+            let scatter = vec![
+                Sge {
+                    addr: dst + base,
+                    length: rcut,
+                    lkey: rlkey,
+                },
+                Sge {
+                    addr: dst + base + rcut as u64,
+                    length: max_len as u32 - rcut,
+                    lkey: rlkey,
+                },
+            ];
+            let imm = rng.chance(500).then(|| rng.next_u64() as u32);
+            recvs.push(RecvWr {
+                wr_id: 1000 + m as u64,
+                sg_list: scatter,
+            });
+            sends.push(match imm {
+                Some(i) => SendWr::send_with_imm(m as u64, gather, i),
+                None => SendWr::send(m as u64, gather),
+            });
+            expected.push((side, data, imm, dst + base, m));
+        }
+        p.post_recv(receiver, &recvs)
+            .map_err(|e| format!("post_recv: {e}"))?;
+        p.post_send(side, &sends)
+            .map_err(|e| format!("post_send: {e}"))?;
+    }
+    p.run(2_000_000);
+    p.heal();
+    p.run(2_000_000);
+    for (side, data, imm, addr, m) in &expected {
+        let receiver = if *side == Side::A { Side::B } else { Side::A };
+        let got = p.read(receiver, *addr, data.len());
+        if &got != data {
+            return Err(format!(
+                "seed {seed}: message {m} {side:?}->{receiver:?} bytes differ"
+            ));
+        }
+        let sends: Vec<_> = p
+            .node(*side)
+            .completions
+            .iter()
+            .filter(|c| c.target == CompletionTarget::Send)
+            .cloned()
+            .collect();
+        let recvs: Vec<_> = p
+            .node(receiver)
+            .completions
+            .iter()
+            .filter(|c| c.target == CompletionTarget::Recv)
+            .cloned()
+            .collect();
+        if sends.len() != messages || recvs.len() != messages {
+            return Err(format!(
+                "seed {seed}: {side:?} has {} send and {receiver:?} {} recv completions, want {messages} each",
+                sends.len(),
+                recvs.len()
+            ));
+        }
+        let s = sends[*m].wc;
+        let r = recvs[*m].wc;
+        if s.wr_id != *m as u64 || s.status != WcStatus::Success || s.opcode != WcOpcode::Send {
+            return Err(format!("seed {seed}: send completion {m} is {s:?}"));
+        }
+        if r.wr_id != 1000 + *m as u64
+            || r.status != WcStatus::Success
+            || r.byte_len as usize != data.len()
+        {
+            return Err(format!("seed {seed}: recv completion {m} is {r:?}"));
+        }
+        if r.wc_flags.contains(WcFlags::WITH_IMM) != imm.is_some()
+            || imm.is_some_and(|i| i != r.imm_data)
+        {
+            return Err(format!(
+                "seed {seed}: recv completion {m} immediate {r:?}, want {imm:?}"
+            ));
+        }
+    }
+    Ok(p)
+}
+
+fn seeds() -> u64 {
+    std::env::var("SOFTVERBS_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64)
+}
+
+#[test]
+fn exactly_once_in_order_under_harsh_faults() {
+    let mut corrupted_seen = 0;
+    let mut dropped_seen = 0;
+    for seed in 0..seeds() {
+        let p = run_oracle(seed, FaultConfig::harsh(), 12)
+            .unwrap_or_else(|e| panic!("{e} (replay: seed {seed})"));
+        corrupted_seen += p
+            .trace
+            .iter()
+            .filter(|e| matches!(e, TraceEvent::IcrcRejected { .. }))
+            .count();
+        dropped_seen += p
+            .trace
+            .iter()
+            .filter(|e| matches!(e, TraceEvent::Dropped { .. }))
+            .count();
+    }
+    // The faults really happened (otherwise this test proves nothing).
+    assert!(
+        corrupted_seen > 0 && dropped_seen > 0,
+        "{corrupted_seen} corrupted, {dropped_seen} dropped"
+    );
+}
+
+#[test]
+fn clean_network_needs_no_retransmission() {
+    let p = run_oracle(7, FaultConfig::none(), 20).unwrap();
+    assert_eq!(p.a.qp.counters.retransmitted_packets, 0);
+    assert_eq!(p.b.qp.counters.retransmitted_packets, 0);
+}
+
+#[test]
+fn same_seed_same_trace() {
+    let t1 = run_oracle(42, FaultConfig::harsh(), 8).unwrap().trace;
+    let t2 = run_oracle(42, FaultConfig::harsh(), 8).unwrap().trace;
+    assert_eq!(t1, t2);
+    let t3 = run_oracle(43, FaultConfig::harsh(), 8).unwrap().trace;
+    assert_ne!(t1, t3);
+}
+
+fn lonely_send(retry_cnt: u8, rnr_retry: u8, faults: FaultConfig, post_recv: bool) -> SimPair {
+    let mut p = SimPair::new_rc(5, faults, Mtu::Mtu1024, &attrs(retry_cnt, rnr_retry));
+    let (src, lkey, _) = p.register(Side::A, 64, AccessFlags::LOCAL_WRITE);
+    let (dst, rlkey, _) = p.register(Side::B, 64, AccessFlags::LOCAL_WRITE);
+    if post_recv {
+        p.post_recv(
+            Side::B,
+            &[RecvWr {
+                wr_id: 1,
+                sg_list: vec![Sge {
+                    addr: dst,
+                    length: 64,
+                    lkey: rlkey,
+                }],
+            }],
+        )
+        .unwrap();
+    }
+    p.post_send(
+        Side::A,
+        &[
+            SendWr::send(
+                1,
+                vec![Sge {
+                    addr: src,
+                    length: 64,
+                    lkey,
+                }],
+            ),
+            SendWr::send(2, vec![]),
+        ],
+    )
+    .unwrap();
+    p.run(100_000);
+    p
+}
+
+#[test]
+fn retry_exhaustion_after_exactly_retry_cnt_retries() {
+    for retry_cnt in [0u8, 1, 3, 6] {
+        let total_loss = FaultConfig {
+            loss_per_mille: 1000,
+            ..FaultConfig::none()
+        };
+        let p = lonely_send(retry_cnt, 7, total_loss, true);
+        let first_psn_sends = sent_by(&p, Side::A)
+            .iter()
+            .filter(|b| RoceRepr::parse(b).unwrap().0.bth.psn.value() == 100)
+            .count();
+        assert_eq!(
+            first_psn_sends,
+            1 + retry_cnt as usize,
+            "retry_cnt {retry_cnt}"
+        );
+        let wcs: Vec<_> =
+            p.a.completions
+                .iter()
+                .map(|c| (c.wc.wr_id, c.wc.status))
+                .collect();
+        assert_eq!(
+            wcs,
+            [(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)],
+            "retry_cnt {retry_cnt}"
+        );
+        assert_eq!(p.a.qp.state(), softverbs_api::QpState::Err);
+    }
+}
+
+#[test]
+fn retry_cnt_7_never_gives_up() {
+    let total_loss = FaultConfig {
+        loss_per_mille: 1000,
+        ..FaultConfig::none()
+    };
+    let mut p = SimPair::new_rc(5, total_loss, Mtu::Mtu1024, &attrs(7, 7));
+    let (src, lkey, _) = p.register(Side::A, 64, AccessFlags::LOCAL_WRITE);
+    p.post_send(
+        Side::A,
+        &[SendWr::send(
+            1,
+            vec![Sge {
+                addr: src,
+                length: 64,
+                lkey,
+            }],
+        )],
+    )
+    .unwrap();
+    assert_eq!(p.run(500), 500, "still retransmitting after 500 steps");
+    assert!(p.a.completions.is_empty());
+    assert!(p.a.qp.counters.ack_timeouts >= 400);
+}
+
+#[test]
+fn rnr_exhaustion_after_exactly_rnr_retry_retries() {
+    for rnr_retry in [0u8, 2, 5] {
+        let p = lonely_send(7, rnr_retry, FaultConfig::none(), false);
+        let rnr_naks = sent_by(&p, Side::B)
+            .iter()
+            .filter(|b| {
+                RoceRepr::parse(b)
+                    .unwrap()
+                    .0
+                    .aeth
+                    .is_some_and(|a| a.syndrome & 0xe0 == 0x20)
+            })
+            .count();
+        assert_eq!(rnr_naks, 1 + rnr_retry as usize, "rnr_retry {rnr_retry}");
+        let wcs: Vec<_> =
+            p.a.completions
+                .iter()
+                .map(|c| (c.wc.wr_id, c.wc.status))
+                .collect();
+        assert_eq!(
+            wcs,
+            [(1, WcStatus::RnrRetryExcErr), (2, WcStatus::WrFlushErr)]
+        );
+    }
+}
+
+#[test]
+fn rnr_nak_carries_min_rnr_timer_and_delivery_resumes() {
+    let mut p = SimPair::new_rc(5, FaultConfig::none(), Mtu::Mtu1024, &attrs(7, 7));
+    let (src, lkey, _) = p.register(Side::A, 64, AccessFlags::LOCAL_WRITE);
+    let (dst, rlkey, _) = p.register(Side::B, 64, AccessFlags::LOCAL_WRITE);
+    p.write(Side::A, src, &[0x5a; 64]);
+    p.post_send(
+        Side::A,
+        &[SendWr::send(
+            1,
+            vec![Sge {
+                addr: src,
+                length: 64,
+                lkey,
+            }],
+        )],
+    )
+    .unwrap();
+    p.run(50);
+    let b_sent = sent_by(&p, Side::B);
+    let first_nak = RoceRepr::parse(&b_sent[0]).unwrap().0;
+    assert_eq!(first_nak.aeth.unwrap().syndrome, 0x20 | 1);
+    assert!(p.a.completions.is_empty());
+    p.post_recv(
+        Side::B,
+        &[RecvWr {
+            wr_id: 1,
+            sg_list: vec![Sge {
+                addr: dst,
+                length: 64,
+                lkey: rlkey,
+            }],
+        }],
+    )
+    .unwrap();
+    p.run(10_000);
+    assert_eq!(p.read(Side::B, dst, 64), vec![0x5a; 64]);
+    assert_eq!(p.a.completions.len(), 1);
+    assert_eq!(p.a.completions[0].wc.status, WcStatus::Success);
+    assert_eq!(p.b.completions.len(), 1);
+}
+
+#[test]
+fn psn_wraps_around_2_pow_24() {
+    let a = QpAttr {
+        sq_psn: 0xff_fffd,
+        rq_psn: 0xff_fffd,
+        ..attrs(7, 7)
+    };
+    let mut p = SimPair::new_rc(
+        3,
+        FaultConfig {
+            loss_per_mille: 100,
+            ..FaultConfig::none()
+        },
+        Mtu::Mtu256,
+        &a,
+    );
+    let (src, lkey, _) = p.register(Side::A, 2048, AccessFlags::LOCAL_WRITE);
+    let (dst, rlkey, _) = p.register(Side::B, 2048, AccessFlags::LOCAL_WRITE);
+    let data: Vec<u8> = (0..2048u32).map(|i| (i ^ (i >> 8)) as u8).collect();
+    p.write(Side::A, src, &data);
+    p.post_recv(
+        Side::B,
+        &[RecvWr {
+            wr_id: 1,
+            sg_list: vec![Sge {
+                addr: dst,
+                length: 2048,
+                lkey: rlkey,
+            }],
+        }],
+    )
+    .unwrap();
+    p.post_send(
+        Side::A,
+        &[SendWr::send(
+            1,
+            vec![Sge {
+                addr: src,
+                length: 2048,
+                lkey,
+            }],
+        )],
+    )
+    .unwrap();
+    p.run(100_000);
+    let psns: Vec<u32> = sent_by(&p, Side::A)
+        .iter()
+        .map(|b| RoceRepr::parse(b).unwrap().0.bth.psn.value())
+        .collect();
+    assert!(
+        psns.contains(&0xff_ffff) && psns.contains(&0) && psns.contains(&4),
+        "{psns:x?}"
+    );
+    assert_eq!(p.read(Side::B, dst, 2048), data);
+    assert_eq!(p.a.completions.len(), 1);
+    assert_eq!(p.a.completions[0].wc.status, WcStatus::Success);
+}
+
+#[test]
+fn at_most_128_psns_unacknowledged() {
+    let mut p = SimPair::new_rc(3, FaultConfig::none(), Mtu::Mtu256, &attrs(7, 7));
+    let len = 256 * 1000;
+    let (src, lkey, _) = p.register(Side::A, len, AccessFlags::LOCAL_WRITE);
+    let (dst, rlkey, _) = p.register(Side::B, len, AccessFlags::LOCAL_WRITE);
+    p.post_recv(
+        Side::B,
+        &[RecvWr {
+            wr_id: 1,
+            sg_list: vec![Sge {
+                addr: dst,
+                length: len as u32,
+                lkey: rlkey,
+            }],
+        }],
+    )
+    .unwrap();
+    p.post_send(
+        Side::A,
+        &[SendWr::send(
+            1,
+            vec![Sge {
+                addr: src,
+                length: len as u32,
+                lkey,
+            }],
+        )],
+    )
+    .unwrap();
+    // Before any packet is delivered, only the window went out.
+    assert_eq!(sent_by(&p, Side::A).len(), 128);
+    p.run(100_000);
+    let a = sent_by(&p, Side::A);
+    assert_eq!(a.len(), 1000);
+    // Every 64th packet asks for an ACK so the window keeps moving (rxe's RXE_MAX_PKT_PER_ACK).
+    let ack_reqs = a
+        .iter()
+        .filter(|b| RoceRepr::parse(b).unwrap().0.bth.ack_req)
+        .count();
+    assert!(ack_reqs >= 1000 / 64, "{ack_reqs}");
+    assert_eq!(p.a.completions.len(), 1);
+    assert_eq!(p.b.completions[0].wc.byte_len as usize, len);
+}
