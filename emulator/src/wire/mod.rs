@@ -42,4 +42,6 @@ pub use opcode::{
 pub use psn::Psn;
 pub use reth::{RethPacket, RethRepr, RETH_LEN};
 pub use roce::{RoceRepr, ICRC_LEN};
-pub use udp_port::{rc_udp_src_port, ud_udp_src_port, ROCE_UDP_PORT};
+pub use udp_port::{
+    flow_label_udp_src_port, rc_udp_src_port, rdma_flow_label, ud_udp_src_port, ROCE_UDP_PORT,
+};
