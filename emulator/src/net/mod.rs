@@ -6,6 +6,7 @@
 
 pub mod channel;
 pub mod pcap;
+mod sys;
 pub mod udp;
 
 use std::io;

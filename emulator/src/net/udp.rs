@@ -1,11 +1,14 @@
 //! RoCEv2 over a real UDP socket (socket2), bound to the device's IP address and port 4791.
 //!
-//! Sending: the socket is unconnected and path-MTU discovery is left at Linux's default for
-//! UDP (`IP_PMTUDISC_WANT`), so packets that fit go out with DF set, and for a DF packet on an
-//! unconnected socket Linux writes IP identification 0. The ICRC is therefore computed for
-//! ID 0 + DF, which makes it right on the wire (checked with tshark and kernel rxe). The UDP
-//! source port is the socket's own (4791), not the per-QP port rxe picks: a UDP socket
-//! cannot vary it, receivers do not care, and the ICRC is computed for what is really sent.
+//! Sending: the socket is unconnected and does real path-MTU discovery (`IP_PMTUDISC_DO`,
+//! see [`super::sys`]), so every IPv4 datagram goes out with DF set and IP identification 0;
+//! the ICRC is computed for exactly that header, which is what a kernel rxe receiver checks
+//! (verified with tcpdump + tshark). The UDP source port is the socket's own (4791), not the
+//! per-QP port rxe picks: one socket cannot vary it, receivers do not care, and the ICRC is
+//! computed for the port really sent.
+//!
+//! Receiving: a UDP socket does not report the sender's IP identification, which the ICRC
+//! covers; the engine solves for it (`wire::solve_ipv4_identification`).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -35,6 +38,8 @@ impl UdpLink {
         let socket = Socket::new(Domain::for_address(local), Type::DGRAM, Some(Protocol::UDP))?;
         if ip.is_ipv6() {
             socket.set_only_v6(true)?;
+        } else {
+            super::sys::set_pmtudisc_do(&socket)?;
         }
         // Best effort: an unprivileged process is capped at net.core.{r,w}mem_max.
         let _ = socket.set_recv_buffer_size(SOCKET_BUFFER_BYTES);
