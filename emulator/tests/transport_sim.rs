@@ -108,6 +108,15 @@ fn send_is_segmented_like_rxe_and_acked_once() {
     assert_eq!(p.a.completions[0].wc.status, WcStatus::Success);
 }
 
+/// What the oracle expects of one message.
+struct Expected {
+    sender: Side,
+    data: Vec<u8>,
+    imm: Option<u32>,
+    dst_addr: u64,
+    index: usize,
+}
+
 /// One randomized run: both directions carry `messages` SENDs (some with immediate data) of
 /// random sizes and SGE splits; returns a description of the first violation, if any.
 fn run_oracle(seed: u64, faults: FaultConfig, messages: usize) -> Result<SimPair, String> {
@@ -115,7 +124,7 @@ fn run_oracle(seed: u64, faults: FaultConfig, messages: usize) -> Result<SimPair
     let mtu = [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu4096][rng.below(4) as usize];
     let mut p = SimPair::new_rc(seed, faults, mtu, &attrs(7, 7));
     let max_len = 6000usize;
-    let mut expected: Vec<(Side, Vec<u8>, Option<u32>, u64, usize)> = Vec::new();
+    let mut expected: Vec<Expected> = Vec::new();
     for side in [Side::A, Side::B] {
         let receiver = if side == Side::A { Side::B } else { Side::A };
         let (src, lkey, _) = p.register(side, max_len * messages, AccessFlags::LOCAL_WRITE);
@@ -169,7 +178,13 @@ fn run_oracle(seed: u64, faults: FaultConfig, messages: usize) -> Result<SimPair
                 Some(i) => SendWr::send_with_imm(m as u64, gather, i),
                 None => SendWr::send(m as u64, gather),
             });
-            expected.push((side, data, imm, dst + base, m));
+            expected.push(Expected {
+                sender: side,
+                data,
+                imm,
+                dst_addr: dst + base,
+                index: m,
+            });
         }
         p.post_recv(receiver, &recvs)
             .map_err(|e| format!("post_recv: {e}"))?;
@@ -179,7 +194,8 @@ fn run_oracle(seed: u64, faults: FaultConfig, messages: usize) -> Result<SimPair
     p.run(2_000_000);
     p.heal();
     p.run(2_000_000);
-    for (side, data, imm, addr, m) in &expected {
+    for e in &expected {
+        let (side, data, imm, addr, m) = (&e.sender, &e.data, &e.imm, &e.dst_addr, &e.index);
         let receiver = if *side == Side::A { Side::B } else { Side::A };
         let got = p.read(receiver, *addr, data.len());
         if &got != data {

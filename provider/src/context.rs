@@ -11,16 +11,16 @@ use crate::select::Provider;
 
 /// The devices the selected provider offers (`ibv_get_device_list`).
 pub fn devices() -> VerbsResult<Vec<DeviceInfo>> {
-    match Provider::from_env()?.resolve()? {
-        _emu => Ok(engine::device_list()?
-            .into_iter()
-            .map(|d| DeviceInfo {
-                guid: guid_of(&d.ip),
-                name: d.name,
-                backend: "emu",
-            })
-            .collect()),
-    }
+    // Only the emulator is built in today; `resolve` refuses `hw` without the feature.
+    Provider::from_env()?.resolve()?;
+    Ok(engine::device_list()?
+        .into_iter()
+        .map(|d| DeviceInfo {
+            guid: guid_of(&d.ip),
+            name: d.name,
+            backend: "emu",
+        })
+        .collect())
 }
 
 fn guid_of(ip: &std::net::IpAddr) -> u64 {

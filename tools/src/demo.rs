@@ -82,10 +82,7 @@ fn demo(args: &DemoArgs) -> VerbsResult<bool> {
         a.qp.qp_num(),
         b.qp.qp_num()
     );
-    println!(
-        "{:>9}  {:>5}  {:>10}  {:>8}  {}",
-        "bytes", "SGEs", "imm", "time", "result"
-    );
+    println!("    bytes   SGEs         imm      time  result");
 
     let mut all_ok = true;
     let mut total_bytes = 0usize;
@@ -102,13 +99,15 @@ fn demo(args: &DemoArgs) -> VerbsResult<bool> {
                 .collect()
         };
         let imm = 0xC0DE_0000 | seq as u32;
+        let (recv_sges, send_sges) = (sges(&b, true)?, sges(&a, false)?);
+        let sge_counts = (send_sges.len(), recv_sges.len());
         let started = Instant::now();
         b.qp.post_recv(&[RecvWr {
             wr_id: 100 + seq,
-            sg_list: sges(&b, true)?,
+            sg_list: recv_sges,
         }])
         .map_err(|e| e.error)?;
-        a.qp.post_send(&[SendWr::send_with_imm(seq, sges(&a, false)?, imm)])
+        a.qp.post_send(&[SendWr::send_with_imm(seq, send_sges, imm)])
             .map_err(|e| e.error)?;
         let recv = b.cq.poll_one(WAIT)?;
         let send = a.cq.poll_one(WAIT)?;
@@ -151,8 +150,8 @@ fn demo(args: &DemoArgs) -> VerbsResult<bool> {
         println!(
             "{:>9}  {:>2}->{:<2}  {:#010x}  {:>6.2}ms  {}",
             size,
-            2,
-            3,
+            sge_counts.0,
+            sge_counts.1,
             imm,
             elapsed.as_secs_f64() * 1e3,
             result

@@ -1,14 +1,12 @@
 //! An RC QP with its PD, CQ and buffers on one device: what the demo and pingpong set up on
 //! each side before connecting.
 
-use softverbs::{AccessFlags, Context, Cq, Mr, Pd, Qp, QpCap, RdmaBuffer, VerbsError, VerbsResult};
+use softverbs::{AccessFlags, Context, Cq, Mr, Qp, QpCap, RdmaBuffer, VerbsError, VerbsResult};
 
 /// One side of an RC connection.
 pub struct RcSide {
     /// The opened device.
     pub ctx: Context,
-    /// Its PD.
-    pub pd: Pd,
     /// One CQ for sends and receives.
     pub cq: Cq,
     /// The QP.
@@ -38,9 +36,9 @@ impl RcSide {
                 max_inline_data: 0,
             })
             .build(&cq, &cq)?;
+        // The MRs and the QP hold the PD alive.
         Ok(RcSide {
             ctx,
-            pd,
             cq,
             qp,
             send_mr,
