@@ -558,3 +558,113 @@ fn at_most_128_psns_unacknowledged() {
     assert_eq!(p.a.completions.len(), 1);
     assert_eq!(p.b.completions[0].wc.byte_len as usize, len);
 }
+
+#[test]
+fn faults_with_a_small_retry_budget_still_complete() {
+    // retry_cnt 6 survives moderate loss because one gap costs one retry, however many
+    // packets of the window arrive after it; the budget refills on every ACK that advances.
+    let moderate = FaultConfig {
+        loss_per_mille: 50,
+        dup_per_mille: 50,
+        reorder_per_mille: 50,
+        ..FaultConfig::none()
+    };
+    for seed in 0..32 {
+        let mut rng = SimRng::new(seed);
+        let mut p = SimPair::new_rc(seed, moderate, Mtu::Mtu256, &attrs(6, 6));
+        let len = 64 * 1024;
+        let (src, lkey, _) = p.register(Side::A, len, AccessFlags::LOCAL_WRITE);
+        let (dst, rlkey, _) = p.register(Side::B, len, AccessFlags::LOCAL_WRITE);
+        let data: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+        p.write(Side::A, src, &data);
+        let recv = RecvWr {
+            wr_id: 1,
+            sg_list: vec![Sge {
+                addr: dst,
+                length: len as u32,
+                lkey: rlkey,
+            }],
+        };
+        p.post_recv(Side::B, &[recv]).unwrap();
+        p.post_send(
+            Side::A,
+            &[SendWr::send(
+                1,
+                vec![Sge {
+                    addr: src,
+                    length: len as u32,
+                    lkey,
+                }],
+            )],
+        )
+        .unwrap();
+        p.run(1_000_000);
+        let wcs: Vec<_> = p.a.completions.iter().map(|c| c.wc.status).collect();
+        assert_eq!(wcs, [WcStatus::Success], "seed {seed}");
+        assert_eq!(p.read(Side::B, dst, len), data, "seed {seed}");
+    }
+}
+
+#[test]
+fn a_duplicated_sequence_nak_costs_one_retry_and_one_rewind() {
+    use softverbs_emu::transport::{Env, Outputs};
+    use softverbs_emu::wire::{AethRepr, BthRepr, NakCode, Psn};
+    let mut p = SimPair::new_rc(9, FaultConfig::none(), Mtu::Mtu256, &attrs(3, 3));
+    let (src, lkey, _) = p.register(Side::A, 1280, AccessFlags::LOCAL_WRITE);
+    p.post_send(
+        Side::A,
+        &[SendWr::send(
+            1,
+            vec![Sge {
+                addr: src,
+                length: 1280,
+                lkey,
+            }],
+        )],
+    )
+    .unwrap();
+    assert_eq!(sent_by(&p, Side::A).len(), 5, "PSNs 100..=104 went out");
+    // The responder lost PSN 102 and NAKs it; the network delivers that NAK twice.
+    let nak = {
+        let mut r = RoceRepr::new(
+            BthRepr {
+                opcode: Opcode::RC_ACKNOWLEDGE,
+                solicited: false,
+                mig_req: false,
+                pad_count: 0,
+                tver: 0,
+                pkey: 0xffff,
+                fecn: false,
+                becn: false,
+                dest_qp: p.a.qp.qpn,
+                ack_req: false,
+                psn: Psn::new(102),
+            },
+            &[],
+        );
+        r.aeth = Some(AethRepr::nak(NakCode::PsnSequenceError, 0));
+        r.to_vec().unwrap()
+    };
+    let mut out = Outputs::default();
+    for _ in 0..2 {
+        let repr = RoceRepr::parse(&nak).unwrap().0;
+        let env = Env {
+            mem: &p.a.mem,
+            now_ns: 1_000,
+        };
+        p.a.qp.on_packet(&repr, &env, &mut out);
+    }
+    let resent: Vec<u32> = out
+        .packets
+        .iter()
+        .map(|pk| RoceRepr::parse(&pk.bytes).unwrap().0.bth.psn.value())
+        .collect();
+    assert_eq!(resent, [102, 103, 104], "one go-back-N from the NAKed PSN");
+    assert_eq!(p.a.qp.comp.retries_left, 2, "one retry spent");
+    assert_eq!(
+        p.a.qp.comp.una.value(),
+        102,
+        "the NAK acknowledged 100 and 101"
+    );
+    assert!(out.completions.is_empty());
+}

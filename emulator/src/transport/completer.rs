@@ -21,6 +21,9 @@ pub struct CompleterState {
     pub retries_left: u8,
     /// RNR retries left before RNR_RETRY_EXC_ERR.
     pub rnr_retries_left: u8,
+    /// A go-back-N retry is under way and no ACK has advanced since: further sequence NAKs
+    /// for it neither cost a retry nor rewind again (rxe's `started_retry`).
+    pub retry_started: bool,
 }
 
 impl CompleterState {
@@ -68,9 +71,15 @@ pub fn on_response(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out:
         AethKind::Nak(NakCode::PsnSequenceError) => {
             ack_through(qp, psn.add(Psn::MASK), env, out);
             qp.counters.seq_err_naks_received += 1;
+            // The responder NAKs once per gap; a NAK that arrives while a retry for that gap
+            // (or an RNR wait) is already under way is a consequence of it, not a new loss.
+            if qp.comp.retry_started || qp.timers.rnr_retry_at_ns.is_some() {
+                return;
+            }
             if !use_retry(qp, out) {
                 return;
             }
+            qp.comp.retry_started = true;
             rewind(qp, psn);
         }
         AethKind::Nak(code) => {
@@ -94,7 +103,9 @@ pub fn on_timer(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
             return;
         }
         qp.counters.ack_timeouts += 1;
+        // A timeout always retries, even if a NAK-triggered retry was under way.
         if use_retry(qp, out) {
+            qp.comp.retry_started = true;
             let una = qp.comp.una;
             rewind(qp, una);
         }
@@ -140,8 +151,11 @@ fn ack_through(qp: &mut TransportQp, psn: Psn, env: &Env<'_>, out: &mut Outputs)
     }
     if psn.next().diff(qp.comp.una) > 0 {
         qp.comp.una = psn.next();
+        progressed = true;
     }
+    // Forward progress (any newly acknowledged PSN) refills the retry budgets.
     if progressed {
+        qp.comp.retry_started = false;
         qp.comp.retries_left = qp.attr.retry_cnt;
         qp.comp.rnr_retries_left = qp.attr.rnr_retry;
     }
