@@ -13,12 +13,14 @@
 //! UDP socket does not report. [`solve_ipv4_identification`] recovers them instead of
 //! guessing: a CRC is affine over GF(2) in its message bits, so for a fixed length
 //! `crc(m with id) = crc(m with id 0) ^ L(id)`, with `L` linear. `L(id)` is the XOR of 16
-//! vectors `D_i = L(bit i)`: the raw CRC register after feeding bit `i` at the ID's
-//! position, then shifted through the zero bytes that follow, which is a 32x32 GF(2)
-//! matrix raised to the number of trailing bytes (zlib `crc32_combine` style squaring, so
-//! O(32^2 log n) work, no 65536-way search). Solving `L(id) = stored ^ crc(m with id 0)`
-//! is a 32-equation, 16-unknown linear system; CRC-32 detects every burst of up to 32
-//! bits, so the 16 vectors are independent and the solution, if any, is unique. Flags are
+//! vectors `D_i = Z^n d_i`: `d_i` is the raw CRC register after feeding bit `i` of the
+//! ID field, and `Z^n` (a 32x32 GF(2) matrix) shifts it through the `n` bytes that follow.
+//! `Z` is invertible, so instead of shifting 16 vectors per packet the solver shifts the
+//! one residual back: `sum b_i d_i = Z^-n (stored ^ crc(m with id 0))`, using precomputed
+//! powers `Z^-(2^k)` (zlib `crc32_combine` style), a handful of matrix-vector products,
+//! then elimination against a fixed echelon basis of the `d_i`. No 65536-way search; the
+//! cost is one CRC pass plus well under a microsecond. CRC-32 detects every burst of up to
+//! 32 bits, so the 16 vectors are independent and the solution, if any, is unique. Flags are
 //! tried as DF (0x4000) first, then 0; ID 0 is the fast path because an unconnected Linux
 //! UDP socket sending with DF uses IP ID 0, which is what our own sender produces.
 //!
@@ -29,6 +31,7 @@
 //! defence; for IPv6 there is no ID and the full 32-bit check applies.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::OnceLock;
 
 use super::bth::BTH_LEN;
 use super::roce::ICRC_LEN;
@@ -84,10 +87,37 @@ fn len16(n: usize) -> [u8; 2] {
     (n as u16).to_be_bytes()
 }
 
+/// Longest CRC prefix: 8 x 0xff, IPv6 header, UDP header, BTH.
+const MAX_HEAD: usize = 8 + IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN;
+
+/// A fixed-size byte buffer, so computing an ICRC never allocates (it runs per packet).
+struct Head {
+    buf: [u8; MAX_HEAD],
+    len: usize,
+}
+
+impl Head {
+    fn new() -> Head {
+        Head {
+            buf: [0; MAX_HEAD],
+            len: 0,
+        }
+    }
+
+    fn put(&mut self, bytes: &[u8]) {
+        self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
 /// The masked IP + UDP header bytes that precede the RoCE packet in the CRC input.
-fn pseudo_headers(ctx: &IcrcContext, packet_len: usize, out: &mut Vec<u8>) {
+fn pseudo_headers(ctx: &IcrcContext, packet_len: usize, out: &mut Head) {
     let udp_len = UDP_HEADER_LEN + packet_len;
-    out.extend_from_slice(&[0xff; 8]);
+    out.put(&[0xff; 8]);
     match ctx.ip {
         IpHeaderInfo::V4 {
             src,
@@ -95,43 +125,43 @@ fn pseudo_headers(ctx: &IcrcContext, packet_len: usize, out: &mut Vec<u8>) {
             identification,
             flags_fragment,
         } => {
-            out.extend_from_slice(&[0x45, 0xff]);
-            out.extend_from_slice(&len16(IPV4_HEADER_LEN + udp_len));
-            out.extend_from_slice(&identification.to_be_bytes());
-            out.extend_from_slice(&flags_fragment.to_be_bytes());
-            out.extend_from_slice(&[0xff, IP_PROTO_UDP, 0xff, 0xff]);
-            out.extend_from_slice(&src.octets());
-            out.extend_from_slice(&dst.octets());
+            out.put(&[0x45, 0xff]);
+            out.put(&len16(IPV4_HEADER_LEN + udp_len));
+            out.put(&identification.to_be_bytes());
+            out.put(&flags_fragment.to_be_bytes());
+            out.put(&[0xff, IP_PROTO_UDP, 0xff, 0xff]);
+            out.put(&src.octets());
+            out.put(&dst.octets());
         }
         IpHeaderInfo::V6 { src, dst } => {
-            out.extend_from_slice(&[0x6f, 0xff, 0xff, 0xff]);
-            out.extend_from_slice(&len16(udp_len));
-            out.extend_from_slice(&[IP_PROTO_UDP, 0xff]);
-            out.extend_from_slice(&src.octets());
-            out.extend_from_slice(&dst.octets());
+            out.put(&[0x6f, 0xff, 0xff, 0xff]);
+            out.put(&len16(udp_len));
+            out.put(&[IP_PROTO_UDP, 0xff]);
+            out.put(&src.octets());
+            out.put(&dst.octets());
         }
     }
-    out.extend_from_slice(&ctx.udp_src_port.to_be_bytes());
-    out.extend_from_slice(&ctx.udp_dst_port.to_be_bytes());
-    out.extend_from_slice(&len16(udp_len));
-    out.extend_from_slice(&[0xff, 0xff]);
+    out.put(&ctx.udp_src_port.to_be_bytes());
+    out.put(&ctx.udp_dst_port.to_be_bytes());
+    out.put(&len16(udp_len));
+    out.put(&[0xff, 0xff]);
 }
 
 /// ICRC of `packet`, the whole UDP payload (BTH..ICRC); its last 4 bytes are not covered.
 /// A packet shorter than 4 bytes is treated as having no covered bytes.
 pub fn compute_icrc(ctx: &IcrcContext, packet: &[u8]) -> u32 {
-    let mut head = Vec::with_capacity(8 + IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN);
+    let mut head = Head::new();
     pseudo_headers(ctx, packet.len(), &mut head);
     let covered = &packet[..packet.len().saturating_sub(ICRC_LEN)];
     let bth_end = covered.len().min(BTH_LEN);
-    head.extend_from_slice(&covered[..bth_end]);
+    let bth_at = head.len;
+    head.put(&covered[..bth_end]);
     if bth_end > 4 {
         // FECN, BECN and the reserved bits may change in flight.
-        let at = head.len() - bth_end + 4;
-        head[at] = 0xff;
+        head.buf[bth_at + 4] = 0xff;
     }
     let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&head);
+    hasher.update(head.bytes());
     hasher.update(&covered[bth_end..]);
     hasher.finalize()
 }
@@ -182,19 +212,15 @@ pub fn solve_ipv4_identification(
         udp_src_port,
         udp_dst_port,
     };
-    let mut basis: Option<IdBasis> = None;
     for flags_fragment in [IPV4_FLAG_DF, 0] {
         let target = stored ^ compute_icrc(&ctx_with(flags_fragment), packet);
         let identification = if target == 0 {
             0
         } else {
-            // Length of the CRC input after the 2 ID bytes.
+            // Bytes of CRC input after the 2 ID bytes.
             let covered = packet.len() - ICRC_LEN;
             let trailing = 8 + IPV4_HEADER_LEN + UDP_HEADER_LEN + covered - (IPV4_ID_OFFSET + 2);
-            match basis
-                .get_or_insert_with(|| IdBasis::new(trailing))
-                .solve(target)
-            {
+            match id_solver().solve(trailing, target) {
                 Some(id) => id,
                 None => continue,
             }
@@ -242,6 +268,16 @@ fn shift_zero_bit(r: u32) -> u32 {
     }
 }
 
+/// Inverse of [`shift_zero_bit`]: POLY has bit 31 set and `r >> 1` never does, so bit 31
+/// of the result tells whether the polynomial was added.
+fn unshift_zero_bit(r: u32) -> u32 {
+    if r & 0x8000_0000 != 0 {
+        ((r ^ POLY) << 1) | 1
+    } else {
+        r << 1
+    }
+}
+
 /// Raw CRC register after feeding `bytes` starting from register 0.
 fn raw_crc(bytes: &[u8]) -> u32 {
     let mut r = 0u32;
@@ -254,72 +290,83 @@ fn raw_crc(bytes: &[u8]) -> u32 {
     r
 }
 
-/// The 16 vectors `D_i` for one packet length, reduced to an echelon basis that
-/// remembers which ID bits make up each row.
-struct IdBasis {
-    /// (row, ID bits combined into it), at most one row per leading bit.
-    rows: Vec<(u32, u16)>,
+/// Enough powers of two to cover any UDP datagram (under 2^17 bytes of CRC input).
+const INV_POWERS: usize = 17;
+
+/// Precomputed tables for [`solve_ipv4_identification`], built once per process.
+struct IdSolver {
+    /// `inv_zero_bytes[k]` undoes feeding `2^k` zero bytes.
+    inv_zero_bytes: [Gf2Matrix; INV_POWERS],
+    /// Echelon basis of the 16 `d_i`: (row, ID bits combined into it), sorted by
+    /// leading bit, descending.
+    basis: Vec<(u32, u16)>,
 }
 
-impl IdBasis {
-    fn new(trailing_zero_bytes: usize) -> IdBasis {
-        // D_i before the trailing zeros: the ID field is big-endian, bit i of the u16.
-        let mut vecs: [u32; 16] = core::array::from_fn(|i| raw_crc(&(1u16 << i).to_be_bytes()));
-        // Operator "feed one zero byte", then square-and-multiply up to the trailing count.
-        let mut op: Gf2Matrix = core::array::from_fn(|k| {
+fn id_solver() -> &'static IdSolver {
+    static SOLVER: OnceLock<IdSolver> = OnceLock::new();
+    SOLVER.get_or_init(IdSolver::new)
+}
+
+impl IdSolver {
+    fn new() -> IdSolver {
+        let mut m: Gf2Matrix = core::array::from_fn(|k| {
             let mut r = 1u32 << k;
             for _ in 0..8 {
-                r = shift_zero_bit(r);
+                r = unshift_zero_bit(r);
             }
             r
         });
-        let mut n = trailing_zero_bytes;
-        while n != 0 {
-            if n & 1 != 0 {
-                for v in vecs.iter_mut() {
-                    *v = gf2_times(&op, *v);
-                }
-            }
-            n >>= 1;
-            if n != 0 {
-                op = gf2_square(&op);
-            }
-        }
-        let mut basis = IdBasis {
-            rows: Vec::with_capacity(16),
+        let inv_zero_bytes = core::array::from_fn(|_| {
+            let this = m;
+            m = gf2_square(&m);
+            this
+        });
+        let mut solver = IdSolver {
+            inv_zero_bytes,
+            basis: Vec::with_capacity(16),
         };
-        for (i, v) in vecs.into_iter().enumerate() {
-            basis.insert(v, 1 << i);
+        for i in 0..16 {
+            // The ID field is big-endian: bit i of the u16.
+            solver.insert(raw_crc(&(1u16 << i).to_be_bytes()), 1 << i);
         }
-        basis
+        solver
     }
 
     /// Gaussian elimination, one vector at a time, keyed by the highest set bit.
     fn insert(&mut self, mut v: u32, mut combo: u16) {
-        for &(row, row_combo) in &self.rows {
+        for &(row, row_combo) in &self.basis {
+            // `v ^ row < v` exactly when v has row's leading bit set.
             if v ^ row < v {
                 v ^= row;
                 combo ^= row_combo;
             }
         }
         if v != 0 {
-            self.rows.push((v, combo));
-            self.rows
+            self.basis.push((v, combo));
+            self.basis
                 .sort_unstable_by_key(|&(row, _)| std::cmp::Reverse(row));
         }
     }
 
-    /// The ID bits whose D vectors XOR to `target`, if any.
-    fn solve(&self, mut target: u32) -> Option<u16> {
+    /// The ID whose contribution, shifted through `trailing` zero bytes, is `target`.
+    fn solve(&self, trailing: usize, target: u32) -> Option<u16> {
+        let mut t = target;
+        for (k, m) in self.inv_zero_bytes.iter().enumerate() {
+            if trailing >> k & 1 != 0 {
+                t = gf2_times(m, t);
+            }
+        }
+        if trailing >> INV_POWERS != 0 {
+            return None;
+        }
         let mut id = 0u16;
-        for &(row, combo) in &self.rows {
-            // Rows sorted by leading bit, descending: clear target's leading bits in turn.
-            if target ^ row < target {
-                target ^= row;
+        for &(row, combo) in &self.basis {
+            if t ^ row < t {
+                t ^= row;
                 id ^= combo;
             }
         }
-        (target == 0).then_some(id)
+        (t == 0).then_some(id)
     }
 }
 
@@ -458,6 +505,16 @@ mod tests {
     }
 
     #[test]
+    fn unshift_inverts_shift() {
+        for r in [0u32, 1, 2, 0x8000_0000, 0xdead_beef, POLY, u32::MAX] {
+            assert_eq!(unshift_zero_bit(shift_zero_bit(r)), r);
+            assert_eq!(shift_zero_bit(unshift_zero_bit(r)), r);
+        }
+        let s = id_solver();
+        assert_eq!(s.basis.len(), 16, "the 16 ID bits are independent");
+    }
+
+    #[test]
     fn ipv6_pseudo_header() {
         // rc_pingpong_ipv6gid_mtu1500.pcap: checked end to end in tests/conformance_captures.rs;
         // here only that traffic class / flow label / hop limit are not inputs.
@@ -469,9 +526,12 @@ mod tests {
             udp_src_port: 1,
             udp_dst_port: 4791,
         };
-        let mut head = Vec::new();
+        let mut head = Head::new();
         pseudo_headers(&ctx, 20, &mut head);
-        assert_eq!(head.len(), 8 + 40 + 8);
-        assert_eq!(&head[8..16], &[0x6f, 0xff, 0xff, 0xff, 0x00, 28, 17, 0xff]);
+        assert_eq!(head.bytes().len(), 8 + 40 + 8);
+        assert_eq!(
+            &head.bytes()[8..16],
+            &[0x6f, 0xff, 0xff, 0xff, 0x00, 28, 17, 0xff]
+        );
     }
 }
