@@ -8,8 +8,8 @@ use proptest::prelude::*;
 use softverbs_emu::net::pcap::read_capture;
 use softverbs_emu::wire::{
     parse_frame, verify_icrc, write_icrc, AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr,
-    DethRepr, FethRepr, HeaderSet, IcrcContext, Opcode, OpcodeInfo, Psn, RethRepr, RoceRepr,
-    WireError, ICRC_LEN,
+    DethRepr, FethRepr, HeaderSet, IcrcContext, LinkType, Opcode, OpcodeInfo, Psn, RethRepr,
+    RoceRepr, WireError, ICRC_LEN,
 };
 
 /// (ICRC context, UDP payload) of every RoCE packet in the conformance captures.
@@ -80,6 +80,26 @@ proptest! {
             let _ = repr.to_string();
             let out = repr.to_vec().expect("a parsed repr emits");
             prop_assert_eq!(out, canonical(&bytes, &repr));
+        }
+    }
+
+    /// Random frames of every link type: the frame parser never panics, and a RoCE frame it
+    /// finds lies inside the input.
+    #[test]
+    fn random_frames_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200), ip in any::<bool>()) {
+        let mut bytes = bytes;
+        // Make IP/UDP/4791 likely enough that the deeper paths run.
+        if bytes.len() >= 42 {
+            bytes[12..14].copy_from_slice(if ip { &[0x08, 0x00] } else { &[0x86, 0xdd] });
+            bytes[14] = if ip { 0x45 } else { 0x60 };
+            bytes[23] = 17;
+            bytes[36..38].copy_from_slice(&4791u16.to_be_bytes());
+        }
+        for link in [LinkType::Ethernet, LinkType::LinuxSll, LinkType::LinuxSll2] {
+            if let Ok(Some(rf)) = parse_frame(link, &bytes) {
+                prop_assert!(rf.udp_payload.len() < bytes.len());
+                let _ = RoceRepr::parse(rf.udp_payload);
+            }
         }
     }
 

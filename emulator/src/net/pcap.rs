@@ -190,6 +190,37 @@ mod tests {
         assert_eq!(frames[1].link_type(), Ok(LinkType::Ethernet));
     }
 
+    // pcapng with two interfaces of different link types: each packet gets its own.
+    #[test]
+    fn pcapng_frames_carry_their_interface_link_type() {
+        use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+        use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
+        use pcap_file::pcapng::PcapNgWriter;
+        use std::borrow::Cow;
+
+        let mut w = PcapNgWriter::new(Vec::new()).unwrap();
+        w.write_pcapng_block(InterfaceDescriptionBlock::new(DataLink::ETHERNET, 65535))
+            .unwrap();
+        w.write_pcapng_block(InterfaceDescriptionBlock::new(DataLink::LINUX_SLL2, 65535))
+            .unwrap();
+        for (interface_id, data) in [(1u32, &[7u8; 30][..]), (0, &[8u8; 61][..])] {
+            let epb = EnhancedPacketBlock {
+                interface_id,
+                timestamp: Duration::from_micros(42),
+                original_len: data.len() as u32,
+                data: Cow::Borrowed(data),
+                options: vec![],
+            };
+            w.write_pcapng_block(epb).unwrap();
+        }
+        let frames = read_capture_bytes(&w.into_inner()).unwrap();
+        assert_eq!(frames.len(), 2);
+        assert_eq!(frames[0].link_type(), Ok(LinkType::LinuxSll2));
+        assert_eq!(frames[0].data, [7u8; 30]);
+        assert_eq!(frames[1].link_type(), Ok(LinkType::Ethernet));
+        assert_eq!(frames[1].timestamp, Duration::from_micros(42));
+    }
+
     #[test]
     fn garbage_and_truncation_are_errors() {
         assert!(matches!(
