@@ -183,7 +183,29 @@ pub fn connect_pair_with(
     b.qp.connect_rc(psn_b, &ep_a, opts_b).expect("connect b");
 }
 
-/// Opens UDP devices `na` and `nb` of file `file`, builds a side on each and connects them.
+/// Creates and destroys `n` QPs on `ctx`, so that the next QP number there differs from that
+/// of another device (each device numbers its QPs from the same start, and a test comparing
+/// `qp_num` with `src_qp` must not see equal numbers on both sides).
+pub fn burn_qpns(ctx: &Context, n: usize) {
+    let pd = ctx.alloc_pd().expect("alloc_pd");
+    let cq = ctx.create_cq(1).expect("create_cq");
+    for _ in 0..n {
+        drop(pd.qp_builder().build(&cq, &cq).expect("create QP"));
+    }
+}
+
+/// Builds one side on each of `ctx_a` and `ctx_b` (not connected); b's QP number is made to
+/// differ from a's.
+pub fn side_pair(ctx_a: &Context, ctx_b: &Context, cfg: &SideConfig) -> (Side, Side) {
+    let a = Side::new(ctx_a, cfg);
+    burn_qpns(ctx_b, 3);
+    let b = Side::new(ctx_b, cfg);
+    assert_ne!(a.qpn(), b.qpn(), "QP numbers of the two sides must differ");
+    (a, b)
+}
+
+/// Opens UDP devices `na` and `nb` of file `file`, builds a side on each and connects them
+/// (a sends from PSN 0x123456, b from 0xfffff0 so that its PSNs wrap around 2^24).
 pub fn rc_pair(
     file: u8,
     na: u8,
@@ -191,8 +213,7 @@ pub fn rc_pair(
     cfg: &SideConfig,
     opts: &RcConnectOptions,
 ) -> (Side, Side) {
-    let a = Side::new(&open_udp_device(file, na), cfg);
-    let b = Side::new(&open_udp_device(file, nb), cfg);
+    let (a, b) = side_pair(&open_udp_device(file, na), &open_udp_device(file, nb), cfg);
     connect_pair(&a, &b, 0x12_3456, 0xff_fff0, opts);
     (a, b)
 }
@@ -211,6 +232,18 @@ pub fn poll_n(cq: &Cq, n: usize, what: &str) -> Vec<WorkCompletion> {
 /// Waits (at most [`WAIT`]) for one completion on `cq`.
 pub fn poll_1(cq: &Cq, what: &str) -> WorkCompletion {
     poll_n(cq, 1, what).remove(0)
+}
+
+/// Waits (at most [`WAIT`]) until `cond` holds; panics naming `what` otherwise.
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + WAIT;
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Asserts that `cq` holds no completion right now.

@@ -9,8 +9,8 @@ use softverbs::{
 };
 use softverbs_api::qp::AhAttr;
 use softverbs_conformance::{
-    check_flushed, connect_pair, open_udp_device, poll_1, rc_pair, send_and_verify, Side,
-    SideConfig,
+    check_flushed, connect_pair, open_udp_device, poll_1, rc_pair, send_and_verify, side_pair,
+    Side, SideConfig,
 };
 
 const FILE: u8 = 3;
@@ -83,8 +83,7 @@ fn gid_of(side: &Side) -> Gid {
 #[test]
 fn manual_reset_init_rtr_rts_is_reflected_by_query_and_carries_traffic() {
     let cfg = SideConfig::default();
-    let a = Side::new(&open_udp_device(FILE, 1), &cfg);
-    let b = Side::new(&open_udp_device(FILE, 2), &cfg);
+    let (a, b) = side_pair(&open_udp_device(FILE, 1), &open_udp_device(FILE, 2), &cfg);
     let access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
 
     // A fresh QP is in RESET and reports its creation attributes.

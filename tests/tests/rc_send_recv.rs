@@ -8,7 +8,7 @@
 use softverbs::{Mtu, RcConnectOptions, RecvWr, SendWr, WcOpcode};
 use softverbs_conformance::{
     assert_bytes_eq, check_recv_wc, check_send_wc, connect_pair, open_udp_device, pattern, poll_1,
-    poll_n, Layout, Side, SideConfig,
+    poll_n, side_pair, Layout, SideConfig,
 };
 
 const FILE: u8 = 4;
@@ -54,8 +54,7 @@ fn run_sizes(na: u8, nb: u8, mtu: Mtu) {
     let m = mtu.bytes() as usize;
     let sizes = [0, 1, m - 1, m, m + 1, 3 * m + 7, 64 * 1024, MIB];
     let cfg = side_config(*sizes.iter().max().unwrap());
-    let a = Side::new(&open_udp_device(FILE, na), &cfg);
-    let b = Side::new(&open_udp_device(FILE, nb), &cfg);
+    let (a, b) = side_pair(&open_udp_device(FILE, na), &open_udp_device(FILE, nb), &cfg);
     let opts = RcConnectOptions {
         path_mtu: mtu,
         ..RcConnectOptions::default()
@@ -168,8 +167,7 @@ fn lists_of_32_receives_and_32_sends_complete_in_order() {
         buf_len: N * SLOT,
         ..SideConfig::default()
     };
-    let a = Side::new(&open_udp_device(FILE, 11), &cfg);
-    let b = Side::new(&open_udp_device(FILE, 12), &cfg);
+    let (a, b) = side_pair(&open_udp_device(FILE, 11), &open_udp_device(FILE, 12), &cfg);
     let opts = RcConnectOptions {
         path_mtu: Mtu::Mtu1024,
         ..RcConnectOptions::default()
