@@ -1,0 +1,172 @@
+//! Which send WRs complete (SIGNALED / sq_sig_all), and the responder making progress while
+//! the receiving application calls nothing.
+//!
+//! File number 5: devices on 127.10.5.n.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use softverbs::{RcConnectOptions, SendFlags, SendWr, WcStatus};
+use softverbs_conformance::{
+    assert_bytes_eq, assert_cq_empty, check_recv_wc, check_send_wc, pattern, poll_1, poll_n,
+    rc_pair, SideConfig, WAIT,
+};
+
+const FILE: u8 = 5;
+
+fn unsignaled(wr: SendWr) -> SendWr {
+    SendWr {
+        send_flags: SendFlags::empty(),
+        ..wr
+    }
+}
+
+#[test]
+fn unsignaled_sends_complete_silently_before_a_signaled_one() {
+    let (a, b) = rc_pair(
+        FILE,
+        1,
+        2,
+        &SideConfig::default(),
+        &RcConnectOptions::default(),
+    );
+    assert!(!a.qp.query().unwrap().1.sq_sig_all);
+    let lens = [100usize, 3000, 0, 2500];
+    for (i, &len) in lens.iter().enumerate() {
+        a.send_mr.write(i * 4096, &pattern(i as u64, len)).unwrap();
+        b.post_recv(10 + i as u64, vec![b.recv_mr.sge(i * 4096, 4096).unwrap()]);
+    }
+    // Three unsignaled sends, then a signaled one, in one list.
+    let wrs: Vec<SendWr> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| {
+            let wr = SendWr::send(i as u64, vec![a.send_mr.sge(i * 4096, len as u32).unwrap()]);
+            if i < 3 {
+                unsignaled(wr)
+            } else {
+                wr
+            }
+        })
+        .collect();
+    a.qp.post_send(&wrs).expect("post_send");
+
+    // Every message arrives.
+    let recvs = poll_n(&b.recv_cq, 4, "receives");
+    let image = b.recv_mr.to_vec();
+    for (i, &len) in lens.iter().enumerate() {
+        check_recv_wc(&recvs[i], 10 + i as u64, len, None, b.qpn(), a.qpn());
+        assert_bytes_eq(
+            &image[i * 4096..i * 4096 + len],
+            &pattern(i as u64, len),
+            "message",
+        );
+    }
+    // Only the signaled send completes; the earlier unsignaled ones were retired before it,
+    // so nothing can follow it.
+    let wc = poll_1(&a.send_cq, "the signaled send");
+    check_send_wc(&wc, 3, 2500, a.qpn());
+    assert_cq_empty(&a.send_cq, "after the signaled send");
+
+    // Same again with a single unsignaled send followed by a signaled one in separate posts.
+    a.send_mr.write(0, &pattern(20, 64)).unwrap();
+    b.post_recv(20, vec![b.recv_mr.sge(0, 64).unwrap()]);
+    b.post_recv(21, vec![b.recv_mr.sge(4096, 64).unwrap()]);
+    a.post_send(unsignaled(SendWr::send(
+        20,
+        vec![a.send_mr.sge(0, 64).unwrap()],
+    )));
+    check_recv_wc(
+        &poll_1(&b.recv_cq, "recv 20"),
+        20,
+        64,
+        None,
+        b.qpn(),
+        a.qpn(),
+    );
+    a.post_send(SendWr::send(21, vec![a.send_mr.sge(0, 64).unwrap()]));
+    check_recv_wc(
+        &poll_1(&b.recv_cq, "recv 21"),
+        21,
+        64,
+        None,
+        b.qpn(),
+        a.qpn(),
+    );
+    check_send_wc(&poll_1(&a.send_cq, "send 21"), 21, 64, a.qpn());
+    assert_cq_empty(&a.send_cq, "after send 21");
+}
+
+#[test]
+fn sq_sig_all_makes_every_send_complete() {
+    let cfg = SideConfig {
+        sq_sig_all: true,
+        ..SideConfig::default()
+    };
+    let (a, b) = rc_pair(FILE, 3, 4, &cfg, &RcConnectOptions::default());
+    assert!(a.qp.query().unwrap().1.sq_sig_all);
+    let n = 6usize;
+    for i in 0..n {
+        b.post_recv(i as u64, vec![b.recv_mr.sge(i * 1024, 1024).unwrap()]);
+    }
+    let wrs: Vec<SendWr> = (0..n)
+        .map(|i| {
+            unsignaled(SendWr::send(
+                100 + i as u64,
+                vec![a.send_mr.sge(0, (i * 100) as u32).unwrap()],
+            ))
+        })
+        .collect();
+    a.qp.post_send(&wrs).expect("post_send");
+    let sends = poll_n(&a.send_cq, n, "sends");
+    for (i, wc) in sends.iter().enumerate() {
+        check_send_wc(wc, 100 + i as u64, i * 100, a.qpn());
+    }
+    let recvs = poll_n(&b.recv_cq, n, "receives");
+    for (i, wc) in recvs.iter().enumerate() {
+        check_recv_wc(wc, i as u64, i * 100, None, b.qpn(), a.qpn());
+    }
+    assert_cq_empty(&a.send_cq, "after all sends");
+}
+
+#[test]
+fn responder_progresses_while_the_receiver_sleeps() {
+    let (a, b) = rc_pair(
+        FILE,
+        5,
+        6,
+        &SideConfig {
+            buf_len: 256 * 1024,
+            ..SideConfig::default()
+        },
+        &RcConnectOptions::default(),
+    );
+    let len = 200 * 1024;
+    let msg = pattern(77, len);
+    a.send_mr.write(0, &msg).unwrap();
+    b.recv_mr.fill(0xEE).unwrap();
+    b.post_recv(1, vec![b.recv_mr.sge(0, len as u32).unwrap()]);
+
+    // The sender runs on its own thread; this (receiving) thread blocks on a channel and
+    // calls nothing on b until the sender's completion (which needs b's ACKs) has arrived.
+    let (tx, rx) = mpsc::channel();
+    let a_qp_num = a.qpn();
+    let sender = std::thread::spawn(move || {
+        a.post_send(SendWr::send(9, vec![a.send_mr.sge(0, len as u32).unwrap()]));
+        let wc = a.send_cq.poll_one(WAIT);
+        tx.send(wc).unwrap();
+        a
+    });
+    let wc = rx
+        .recv_timeout(WAIT + Duration::from_secs(5))
+        .expect("sender thread reports")
+        .expect("send completion");
+    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    check_send_wc(&wc, 9, len, a_qp_num);
+    let _a = sender.join().expect("sender thread");
+
+    // Only now does the receiving side look: the data is there and the completion waits.
+    let recv = poll_1(&b.recv_cq, "receive");
+    check_recv_wc(&recv, 1, len, None, b.qpn(), a_qp_num);
+    assert_bytes_eq(&b.recv_mr.to_vec()[..len], &msg, "received message");
+}
