@@ -177,6 +177,16 @@ fn post_send_reports_the_first_failing_wr() {
     let err = a.qp.post_send(&[tso]).unwrap_err();
     assert_eq!((err.index, err.error.errno()), (0, 22), "{err}");
 
+    // Unknown send flags and IBV_SEND_IP_CSUM (unsupported) are EINVAL too.
+    for flags in [SendFlags(1 << 30), SendFlags::SIGNALED | SendFlags::IP_CSUM] {
+        let wr = SendWr {
+            send_flags: flags,
+            ..SendWr::send(8, vec![sge(0, 8)])
+        };
+        let err = a.qp.post_send(&[wr]).unwrap_err();
+        assert_eq!((err.index, err.error.errno()), (0, 22), "{flags:?}: {err}");
+    }
+
     assert_eq!(
         a.qp.state().unwrap(),
         QpState::Rts,
@@ -508,4 +518,45 @@ fn receive_into_memory_without_local_write_fails_without_writing() {
     assert!(ro.to_vec().iter().all(|&x| x == 0), "read-only MR written");
     assert_eq!(a.qp.state().unwrap(), QpState::Err);
     assert_eq!(b.qp.state().unwrap(), QpState::Err);
+}
+
+#[test]
+#[ignore = "bug: the responder accepts RC requests from any source address (rxe check_addr drops them)"]
+fn requests_from_a_third_party_address_are_dropped() {
+    // a <-> b are connected. c, on a third address, aims a QP at b's QP with exactly the PSN
+    // b expects next from a. As rxe does (rxe_recv.c check_addr), b must drop RC packets
+    // whose source address is not its peer's, so c's bytes never land in b's memory.
+    let opts = RcConnectOptions {
+        timeout: 10, // c's send fails fast once unanswered
+        retry_cnt: 1,
+        ..RcConnectOptions::default()
+    };
+    let (a, b) = rc_pair(FILE, 28, 29, &SideConfig::default(), &opts);
+    let c = Side::new(&open_udp_device(FILE, 30), &SideConfig::default());
+    let b_ep = b.qp.endpoint(0, 1).unwrap();
+    let expected_from_a = b.qp.query().unwrap().0.rq_psn;
+    c.qp.connect_rc(expected_from_a, &b_ep, &opts).unwrap();
+
+    b.recv_mr.fill(CANARY).unwrap();
+    b.post_recv(1, vec![b.recv_mr.sge(0, 4096).unwrap()]);
+    c.send_mr.write(0, &[0x66; 100]).unwrap();
+    c.post_send(SendWr::send(9, vec![c.send_mr.sge(0, 100).unwrap()]));
+    // c never gets an ACK (b answers its own peer, if anyone).
+    let wc = poll_1(&c.send_cq, "the intruder's send");
+    assert_ne!(wc.status, WcStatus::Success, "{wc:?}");
+
+    // The legitimate peer's message is the one b receives.
+    let msg = pattern(10, 100);
+    a.send_mr.write(0, &msg).unwrap();
+    a.post_send(SendWr::send(2, vec![a.send_mr.sge(0, 100).unwrap()]));
+    check_recv_wc(
+        &poll_1(&b.recv_cq, "receive"),
+        1,
+        100,
+        None,
+        b.qpn(),
+        a.qpn(),
+    );
+    check_send_wc(&poll_1(&a.send_cq, "send"), 2, 100, a.qpn());
+    assert_bytes_eq(&b.recv_mr.to_vec()[..100], &msg, "b's receive buffer");
 }
