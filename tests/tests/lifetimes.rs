@@ -345,3 +345,38 @@ fn dropping_everything_mid_transfer_does_not_panic_and_the_devices_reopen() {
     connect_pair(&a, &b, 5, 6, &RcConnectOptions::default());
     send_and_verify(&a, &b, 50_000, 9);
 }
+
+#[test]
+#[ignore = "bug: Context::open fails with EADDRINUSE while another thread is still dropping the device's last handle"]
+fn concurrent_open_and_close_of_one_device() {
+    // Two threads open and drop the same device over and over. Whenever one thread's drop
+    // of the last handle overlaps the other's open, the open must still succeed (share the
+    // runtime or start a new one), never fail because the old socket is still bound.
+    let name = device_name(FILE, 11);
+    drop(open_udp_device(FILE, 11));
+    let failures = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                for _ in 0..100 {
+                    match Context::open(&name) {
+                        Ok(ctx) => {
+                            let pd = ctx.alloc_pd().expect("alloc_pd on a fresh open");
+                            drop(pd);
+                            drop(ctx);
+                        }
+                        Err(e) => failures.lock().unwrap().push(e.to_string()),
+                    }
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} of 200 opens failed, e.g. {}",
+        failures.len(),
+        failures[0]
+    );
+    assert_port_released(11);
+}
