@@ -170,3 +170,52 @@ fn responder_progresses_while_the_receiver_sleeps() {
     check_recv_wc(&recv, 1, len, None, b.qpn(), a_qp_num);
     assert_bytes_eq(&b.recv_mr.to_vec()[..len], &msg, "received message");
 }
+
+#[test]
+fn cq_sizes_and_overrun() {
+    let ctx = softverbs_conformance::open_udp_device(FILE, 7);
+    assert_eq!(ctx.create_cq(0).err().expect("cqe 0").errno(), 22);
+    let max = ctx.query_device().unwrap().max_cqe;
+    assert_eq!(ctx.create_cq(max + 1).err().expect("cqe > max").errno(), 22);
+    for want in [1u32, 3, 100, max] {
+        let cq = ctx.create_cq(want).expect("create_cq");
+        assert!(cq.capacity() >= want, "asked {want}, got {}", cq.capacity());
+    }
+
+    // Three completions into a CQ of room for two: the overrun is reported (EIO), never a
+    // silent loss.
+    let peer = softverbs_conformance::open_udp_device(FILE, 8);
+    let (a, b) = softverbs_conformance::side_pair(&ctx, &peer, &SideConfig::default());
+    let small = ctx.create_cq(2).unwrap();
+    let qp = a.pd.qp_builder().build(&small, &a.recv_cq).unwrap();
+    let opts = RcConnectOptions::default();
+    qp.connect_rc(1, &b.qp.endpoint(2, 1).unwrap(), &opts)
+        .unwrap();
+    b.qp.connect_rc(2, &qp.endpoint(1, 1).unwrap(), &opts)
+        .unwrap();
+    for i in 0..3 {
+        b.post_recv(i, vec![b.recv_mr.sge(0, 64).unwrap()]);
+    }
+    let sends: Vec<SendWr> = (0..3)
+        .map(|i| SendWr::send(i, vec![a.send_mr.sge(0, 8).unwrap()]))
+        .collect();
+    qp.post_send(&sends).unwrap();
+    poll_n(&b.recv_cq, 3, "receives");
+    // Polling for zero entries drains nothing, so the three send completions must overrun
+    // the CQ once b's ACKs have arrived; poll (bounded) until the overrun is reported.
+    let deadline = std::time::Instant::now() + WAIT;
+    let err = loop {
+        match small.poll(&mut []) {
+            Err(e) => break e,
+            Ok(n) => {
+                assert_eq!(n, 0);
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no overrun reported for 3 completions in a 2-entry CQ"
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert_eq!(err.errno(), 5, "{err}");
+}

@@ -5,7 +5,7 @@
 //!
 //! File number 4: devices on 127.10.4.n.
 
-use softverbs::{Mtu, RcConnectOptions, RecvWr, SendWr, WcOpcode};
+use softverbs::{Mtu, RcConnectOptions, RecvWr, SendFlags, SendWr, Sge, WcOpcode};
 use softverbs_conformance::{
     assert_bytes_eq, check_recv_wc, check_send_wc, connect_pair, open_udp_device, pattern, poll_1,
     poll_n, side_pair, Layout, SideConfig,
@@ -215,4 +215,75 @@ fn lists_of_32_receives_and_32_sends_complete_in_order() {
             "message {i} wrote past its length"
         );
     }
+}
+
+#[test]
+fn inline_sends_copy_the_data_at_post_time() {
+    let mut cfg = SideConfig::default();
+    cfg.cap.max_inline_data = 64;
+    let (a, b) = side_pair(&open_udp_device(FILE, 13), &open_udp_device(FILE, 14), &cfg);
+    connect_pair(&a, &b, 1, 2, &RcConnectOptions::default());
+    assert!(a.qp.cap().max_inline_data >= 64);
+    b.recv_mr.fill(CANARY).unwrap();
+    for i in 0..3u64 {
+        b.post_recv(i, vec![b.recv_mr.sge(i as usize * 100, 100).unwrap()]);
+    }
+
+    // 60 bytes gathered from two SGEs, inline; the buffer is overwritten right after the
+    // post returns, before the data can have gone out by any other route.
+    let msg = pattern(40, 60);
+    a.send_mr.write(0, &msg[..25]).unwrap();
+    a.send_mr.write(1000, &msg[25..]).unwrap();
+    let inline = |id: u64, sges| SendWr {
+        send_flags: SendFlags::SIGNALED | SendFlags::INLINE,
+        ..SendWr::send(id, sges)
+    };
+    a.qp.post_send(&[inline(
+        1,
+        vec![
+            a.send_mr.sge(0, 25).unwrap(),
+            a.send_mr.sge(1000, 35).unwrap(),
+        ],
+    )])
+    .expect("inline post");
+    a.send_mr.fill(0).unwrap();
+    check_recv_wc(&poll_1(&b.recv_cq, "recv"), 0, 60, None, b.qpn(), a.qpn());
+    check_send_wc(&poll_1(&a.send_cq, "send"), 1, 60, a.qpn());
+    assert_bytes_eq(&b.recv_mr.to_vec()[..60], &msg, "inline message");
+
+    // More inline bytes than max_inline_data: EINVAL at that WR, the one before is posted.
+    let err =
+        a.qp.post_send(&[
+            inline(2, vec![a.send_mr.sge(0, 64).unwrap()]),
+            inline(3, vec![a.send_mr.sge(0, 65).unwrap()]),
+        ])
+        .unwrap_err();
+    assert_eq!((err.index, err.error.errno()), (1, 22), "{err}");
+    check_send_wc(&poll_1(&a.send_cq, "send 2"), 2, 64, a.qpn());
+    check_recv_wc(&poll_1(&b.recv_cq, "recv 1"), 1, 64, None, b.qpn(), a.qpn());
+
+    // The emulator reads process memory only through registered regions: an inline SGE with
+    // a bad lkey is refused at post time (EINVAL) instead of reading arbitrary memory.
+    let bogus = Sge {
+        addr: a.send_mr.addr(),
+        length: 16,
+        lkey: a.send_mr.lkey() ^ 0x0100_0000,
+    };
+    let err = a.qp.post_send(&[inline(4, vec![bogus])]).unwrap_err();
+    assert_eq!((err.index, err.error.errno()), (0, 22), "{err}");
+    assert_eq!(a.qp.state().unwrap(), softverbs::QpState::Rts);
+    send_ok_after(&a, &b);
+}
+
+/// One more plain message a -> b (into b's receive 2) to show the QP still works.
+fn send_ok_after(a: &softverbs_conformance::Side, b: &softverbs_conformance::Side) {
+    a.send_mr.write(0, &pattern(41, 10)).unwrap();
+    a.post_send(SendWr::send(5, vec![a.send_mr.sge(0, 10).unwrap()]));
+    check_recv_wc(&poll_1(&b.recv_cq, "recv 2"), 2, 10, None, b.qpn(), a.qpn());
+    check_send_wc(&poll_1(&a.send_cq, "send 5"), 5, 10, a.qpn());
+    assert_bytes_eq(
+        &b.recv_mr.to_vec()[200..210],
+        &pattern(41, 10),
+        "last message",
+    );
 }
