@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use softverbs::{
-    QpAttr, QpAttrMask, QpState, RcConnectOptions, RecvWr, RemoteAddr, SendFlags, SendWr, Sge,
+    Mr, QpAttr, QpAttrMask, QpState, RcConnectOptions, RecvWr, RemoteAddr, SendFlags, SendWr, Sge,
     WcOpcode, WcStatus, WrOpcode,
 };
 use softverbs_conformance::{
@@ -316,7 +316,9 @@ fn post_send_before_rts_is_einval() {
 /// WR behind it is flushed and the peer receives nothing. Error completions are generated
 /// whether the WR was signaled or not: the WR behind is unsignaled, and so is the bad one
 /// when `bad_unsignaled`.
-fn bad_send_sge(na: u8, nb: u8, bad_unsignaled: bool, bad: impl Fn(&Side) -> Sge) {
+///
+/// `bad` makes the SGE; the MRs it returns are kept alive until the end.
+fn bad_send_sge(na: u8, nb: u8, bad_unsignaled: bool, bad: impl Fn(&Side) -> (Sge, Vec<Mr>)) {
     let (a, b) = rc_pair(
         FILE,
         na,
@@ -326,7 +328,8 @@ fn bad_send_sge(na: u8, nb: u8, bad_unsignaled: bool, bad: impl Fn(&Side) -> Sge
     );
     b.post_recv(1, vec![b.recv_mr.sge(0, 4096).unwrap()]);
     b.post_recv(2, vec![b.recv_mr.sge(0, 4096).unwrap()]);
-    let mut bad_wr = SendWr::send(11, vec![bad(&a)]);
+    let (bad_sge, _keep) = bad(&a);
+    let mut bad_wr = SendWr::send(11, vec![bad_sge]);
     if bad_unsignaled {
         bad_wr.send_flags = SendFlags::empty();
     }
@@ -362,18 +365,63 @@ fn bad_send_sge(na: u8, nb: u8, bad_unsignaled: bool, bad: impl Fn(&Side) -> Sge
 
 #[test]
 fn bad_lkey_in_a_send_sge_is_loc_prot_err() {
-    bad_send_sge(12, 13, true, |a| Sge {
-        lkey: a.send_mr.lkey() ^ 0x5a5a_0000,
-        ..a.send_mr.sge(0, 100).unwrap()
+    bad_send_sge(12, 13, true, |a| {
+        let sge = Sge {
+            lkey: a.send_mr.lkey() ^ 0x5a5a_0000,
+            ..a.send_mr.sge(0, 100).unwrap()
+        };
+        (sge, vec![])
     });
 }
 
 #[test]
 fn send_sge_beyond_its_mr_is_loc_prot_err() {
-    bad_send_sge(14, 15, false, |a| Sge {
-        addr: a.send_mr.addr() + a.send_mr.len() as u64 - 50,
-        length: 100,
-        lkey: a.send_mr.lkey(),
+    bad_send_sge(14, 15, false, |a| {
+        let sge = Sge {
+            addr: a.send_mr.addr() + a.send_mr.len() as u64 - 50,
+            length: 100,
+            lkey: a.send_mr.lkey(),
+        };
+        (sge, vec![])
+    });
+}
+
+#[test]
+fn send_sge_of_an_mr_in_another_pd_is_loc_prot_err() {
+    bad_send_sge(31, 32, false, |a| {
+        let other_pd = a.ctx.alloc_pd().unwrap();
+        assert_ne!(other_pd.id(), a.pd.id());
+        let mr = other_pd
+            .register(
+                softverbs_conformance::buffer(4096),
+                softverbs::AccessFlags::LOCAL_WRITE,
+            )
+            .unwrap();
+        (mr.sge(0, 100).unwrap(), vec![mr])
+    });
+}
+
+#[test]
+fn send_sge_with_the_lkey_of_a_deregistered_mr_is_loc_prot_err() {
+    bad_send_sge(33, 34, true, |a| {
+        let mr =
+            a.pd.register(
+                softverbs_conformance::buffer(4096),
+                softverbs::AccessFlags::LOCAL_WRITE,
+            )
+            .unwrap();
+        let stale = mr.sge(0, 100).unwrap();
+        // The same memory registered again (very likely in the same table slot): the old
+        // lkey must not reach it.
+        let again =
+            a.pd.register(
+                mr.into_buffer().unwrap(),
+                softverbs::AccessFlags::LOCAL_WRITE,
+            )
+            .unwrap();
+        assert_eq!(again.addr(), stale.addr);
+        assert_ne!(again.lkey(), stale.lkey);
+        (stale, vec![again])
     });
 }
 
