@@ -11,9 +11,9 @@ use softverbs::{
     AccessFlags, QpAttr, QpAttrMask, QpState, RcConnectOptions, RecvWr, SendWr, WcOpcode, WcStatus,
 };
 use softverbs_conformance::{
-    assert_bytes_eq, assert_cq_empty, buffer, check_recv_wc, check_send_wc, connect_pair,
-    open_udp_device, pattern, poll_1, poll_n, rc_pair, send_and_verify, side_pair, wait_until,
-    SideConfig,
+    assert_bytes_eq, assert_cq_empty, buffer, check_flushed, check_recv_wc, check_send_wc,
+    connect_pair, open_udp_device, pattern, poll_1, poll_n, rc_pair, send_and_verify, side_pair,
+    wait_until, SideConfig,
 };
 
 const FILE: u8 = 9;
@@ -330,4 +330,101 @@ fn rts_to_reset_discards_outstanding_work_and_reconnects_cleanly() {
     send_and_verify(&a, &b, 2000, 60);
     send_and_verify(&b, &a, 2000, 61);
     assert_cq_empty(&b.recv_cq, "no stale receive completes");
+}
+
+#[test]
+fn both_directions_at_once_on_one_qp_pair() {
+    const N: usize = 32;
+    const SLOT: usize = 8192;
+    let cfg = SideConfig {
+        buf_len: N * SLOT,
+        ..SideConfig::default()
+    };
+    let (a, b) = rc_pair(FILE, 13, 14, &cfg, &RcConnectOptions::default());
+    for (side, seed) in [(&a, 1000u64), (&b, 2000)] {
+        for i in 0..N {
+            side.send_mr
+                .write(i * SLOT, &pattern(seed + i as u64, SLOT))
+                .unwrap();
+            side.post_recv(
+                i as u64,
+                vec![side.recv_mr.sge(i * SLOT, SLOT as u32).unwrap()],
+            );
+        }
+    }
+    let len = |i: usize| 1 + (i * 2654) % (SLOT - 1);
+    std::thread::scope(|s| {
+        for side in [&a, &b] {
+            s.spawn(move || {
+                for i in 0..N {
+                    side.post_send(SendWr::send(
+                        100 + i as u64,
+                        vec![side.send_mr.sge(i * SLOT, len(i) as u32).unwrap()],
+                    ));
+                }
+            });
+        }
+    });
+    for (from, to, seed) in [(&a, &b, 1000u64), (&b, &a, 2000)] {
+        let sends = poll_n(&from.send_cq, N, "sends");
+        let recvs = poll_n(&to.recv_cq, N, "receives");
+        let image = to.recv_mr.to_vec();
+        for i in 0..N {
+            check_send_wc(&sends[i], 100 + i as u64, len(i), from.qpn());
+            check_recv_wc(&recvs[i], i as u64, len(i), None, to.qpn(), from.qpn());
+            assert_bytes_eq(
+                &image[i * SLOT..i * SLOT + len(i)],
+                &pattern(seed + i as u64, SLOT)[..len(i)],
+                &format!("message {i}"),
+            );
+        }
+    }
+}
+
+#[test]
+fn moving_to_err_mid_transfer_completes_every_wr_exactly_once_in_order() {
+    let cfg = SideConfig {
+        buf_len: 1 << 20,
+        ..SideConfig::default()
+    };
+    let (a, b) = rc_pair(FILE, 15, 16, &cfg, &RcConnectOptions::default());
+    for i in 0..4 {
+        b.post_recv(
+            i,
+            vec![b.recv_mr.sge(i as usize * 256 * 1024, 256 * 1024).unwrap()],
+        );
+    }
+    let sends: Vec<SendWr> = (0..4)
+        .map(|i| {
+            SendWr::send(
+                10 + i,
+                vec![a.send_mr.sge(i as usize * 256 * 1024, 256 * 1024).unwrap()],
+            )
+        })
+        .collect();
+    a.qp.post_send(&sends).unwrap();
+    a.qp.modify(
+        &QpAttr {
+            qp_state: QpState::Err,
+            ..QpAttr::default()
+        },
+        QpAttrMask::STATE,
+    )
+    .unwrap();
+    let wcs = poll_n(&a.send_cq, 4, "sends");
+    let mut flushed = false;
+    for (i, wc) in wcs.iter().enumerate() {
+        assert_eq!(wc.wr_id, 10 + i as u64, "{wc:?}");
+        assert_eq!(wc.qp_num, a.qpn());
+        match wc.status {
+            WcStatus::Success => assert!(!flushed, "success after a flush: {wcs:?}"),
+            WcStatus::WrFlushErr => flushed = true,
+            other => panic!("unexpected status {other:?}"),
+        }
+    }
+    // A marker posted in ERR is flushed at once and is the next completion: nothing else of
+    // the four WRs ever completes a second time.
+    a.post_send(SendWr::send(99, vec![]));
+    check_flushed(&poll_1(&a.send_cq, "marker"), 99, a.qpn());
+    assert_cq_empty(&a.send_cq, "after the marker");
 }
