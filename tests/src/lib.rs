@@ -259,6 +259,7 @@ pub fn check_send_wc(wc: &WorkCompletion, wr_id: u64, byte_len: usize, qpn: u32)
     assert_eq!(wc.status, WcStatus::Success, "send status in {wc:?}");
     assert_eq!(wc.opcode, WcOpcode::Send, "send opcode in {wc:?}");
     assert_eq!(wc.qp_num, qpn, "send qp_num in {wc:?}");
+    assert_eq!(wc.vendor_err, 0, "send vendor_err in {wc:?}");
     // As rxe does, a send completion reports the message length.
     assert_eq!(wc.byte_len as usize, byte_len, "send byte_len in {wc:?}");
 }
@@ -278,6 +279,11 @@ pub fn check_recv_wc(
     assert_eq!(wc.byte_len as usize, byte_len, "recv byte_len in {wc:?}");
     assert_eq!(wc.qp_num, qpn, "recv qp_num in {wc:?}");
     assert_eq!(wc.src_qp, src_qp, "recv src_qp in {wc:?}");
+    assert_eq!(wc.vendor_err, 0, "recv vendor_err in {wc:?}");
+    assert!(
+        !wc.wc_flags.intersects(WcFlags::GRH | WcFlags::WITH_INV),
+        "GRH / WITH_INV on an RC SEND in {wc:?}"
+    );
     match imm {
         Some(imm) => {
             assert!(
