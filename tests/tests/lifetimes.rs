@@ -347,7 +347,6 @@ fn dropping_everything_mid_transfer_does_not_panic_and_the_devices_reopen() {
 }
 
 #[test]
-#[ignore = "bug: Context::open fails with EADDRINUSE while another thread is still dropping the device's last handle"]
 fn concurrent_open_and_close_of_one_device() {
     // Two threads open and drop the same device over and over. Whenever one thread's drop
     // of the last handle overlaps the other's open, the open must still succeed (share the

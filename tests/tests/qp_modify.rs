@@ -344,7 +344,6 @@ fn err_then_reset_makes_the_qp_reusable() {
 }
 
 #[test]
-#[ignore = "bug: query_qp returns the sq_psn / rq_psn last set by modify, not the current PSNs (rxe_qp_to_attr reports req.psn / resp.psn)"]
 fn query_qp_reports_the_current_psns_after_traffic() {
     let opts = RcConnectOptions::default(); // MTU 1024
     let cfg = SideConfig::default();

@@ -88,7 +88,9 @@ flag_set! {
         SIGNALED = 1 << 1,
         /// IBV_SEND_SOLICITED: set the solicited-event bit.
         SOLICITED = 1 << 2,
-        /// IBV_SEND_INLINE: copy the data at post time; the lkey is not checked.
+        /// IBV_SEND_INLINE: copy the data at post time, so the buffer is reusable on return.
+        /// ibv_post_send(3) does not check the lkey; the emulator does (it reads process
+        /// memory only through registered regions), rejecting a bad one with EINVAL.
         INLINE = 1 << 3,
         /// IBV_SEND_IP_CSUM (not supported by the emulator).
         IP_CSUM = 1 << 4,

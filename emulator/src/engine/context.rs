@@ -60,6 +60,8 @@ pub struct DeviceCounters {
     pub malformed: AtomicU64,
     /// Packets for a QP number that does not exist.
     pub unknown_qp: AtomicU64,
+    /// Packets for a connected QP from an address other than its peer's.
+    pub wrong_source: AtomicU64,
     /// Packets delivered to a QP.
     pub delivered: AtomicU64,
     /// Link send errors.
@@ -467,6 +469,9 @@ impl VerbsContext for EmuContext {
         let mut attr = qp.attr;
         attr.cur_qp_state = attr.qp_state;
         attr.cap = qp.cap;
+        // The PSNs in effect now, as rxe_qp_to_attr reports them.
+        attr.sq_psn = qp.req.next_psn.value();
+        attr.rq_psn = qp.resp.epsn.value();
         Ok((attr, entry.init))
     }
 

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use softverbs_api::{VerbsError, VerbsResult};
@@ -17,10 +18,15 @@ use crate::net::Link;
 /// The environment variable listing emulated devices (see [`DeviceConfig::parse_list`]).
 pub const DEVICES_ENV: &str = "SOFTVERBS_DEVICES";
 
+/// How long an open waits for a closing instance of the same device to release its address.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
 #[derive(Default)]
 struct Registry {
     registered: Vec<DeviceConfig>,
-    open: HashMap<String, Weak<DeviceRuntime>>,
+    /// Open devices: the runtime (alive while contexts exist) and the device itself (alive
+    /// until its engine thread has exited and its socket is closed).
+    open: HashMap<String, (Weak<DeviceRuntime>, Weak<Device>)>,
 }
 
 static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
@@ -77,8 +83,19 @@ pub fn open_device(name: &str) -> VerbsResult<EmuContext> {
         .ok_or_else(|| VerbsError::NotFound(format!("no device named {name:?}")))?;
     let mut guard = REGISTRY.lock();
     let reg = guard.get_or_insert_with(Registry::default);
-    if let Some(runtime) = reg.open.get(name).and_then(Weak::upgrade) {
-        return Ok(EmuContext { runtime });
+    if let Some((runtime, device)) = reg.open.get(name) {
+        if let Some(runtime) = runtime.upgrade() {
+            return Ok(EmuContext { runtime });
+        }
+        // The last context just went away and the device is shutting down: wait until it
+        // has released its address rather than fail to bind it.
+        let started = Instant::now();
+        while device.strong_count() > 0 {
+            if started.elapsed() > CLOSE_WAIT {
+                return Err(VerbsError::Busy(format!("device {name} is still closing")));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
     let link: Box<dyn Link> =
         match &config.link {
@@ -98,7 +115,10 @@ pub fn open_device(name: &str) -> VerbsResult<EmuContext> {
                 Box::new(link)
             }
         };
-    let runtime = Arc::new(DeviceRuntime::start(Arc::new(Device::new(config, link)))?);
-    reg.open.insert(name.to_string(), Arc::downgrade(&runtime));
+    let device = Arc::new(Device::new(config, link));
+    let device_weak = Arc::downgrade(&device);
+    let runtime = Arc::new(DeviceRuntime::start(device)?);
+    reg.open
+        .insert(name.to_string(), (Arc::downgrade(&runtime), device_weak));
     Ok(EmuContext { runtime })
 }

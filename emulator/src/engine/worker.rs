@@ -7,6 +7,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use softverbs_api::QpType;
+
 use super::context::Device;
 use crate::net::InDatagram;
 use crate::transport::Outputs;
@@ -71,8 +73,16 @@ fn handle_datagram(dev: &Device, d: &InDatagram) {
         dev.counters.unknown_qp.fetch_add(1, Ordering::Relaxed);
         return;
     };
-    dev.counters.delivered.fetch_add(1, Ordering::Relaxed);
     let mut qp = entry.qp.lock();
+    // A connected QP takes packets only from its peer (rxe's check_addr): anyone else could
+    // otherwise inject data with a guessed PSN.
+    if let Some(path) = qp.path {
+        if qp.qp_type != QpType::Ud && path.dst_ip != d.src.ip() {
+            dev.counters.wrong_source.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    }
+    dev.counters.delivered.fetch_add(1, Ordering::Relaxed);
     let mut out = Outputs::default();
     qp.on_packet(&repr, &dev.env(), &mut out);
     dev.deliver(&entry, &qp, &mut out);
