@@ -627,19 +627,7 @@ fn a_duplicated_sequence_nak_costs_one_retry_and_one_rewind() {
     // The responder lost PSN 102 and NAKs it; the network delivers that NAK twice.
     let nak = {
         let mut r = RoceRepr::new(
-            BthRepr {
-                opcode: Opcode::RC_ACKNOWLEDGE,
-                solicited: false,
-                mig_req: false,
-                pad_count: 0,
-                tver: 0,
-                pkey: 0xffff,
-                fecn: false,
-                becn: false,
-                dest_qp: p.a.qp.qpn,
-                ack_req: false,
-                psn: Psn::new(102),
-            },
+            BthRepr::new(Opcode::RC_ACKNOWLEDGE, p.a.qp.qpn, Psn::new(102)),
             &[],
         );
         r.aeth = Some(AethRepr::nak(NakCode::PsnSequenceError, 0));

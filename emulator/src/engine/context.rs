@@ -250,6 +250,23 @@ impl EmuContext {
         self.dev().link.local_addr()
     }
 
+    /// Runs a post call on QP `qpn` under its lock and delivers what it produced.
+    fn with_qp(
+        &self,
+        qpn: u32,
+        call: impl FnOnce(&mut TransportQp, &Env<'_>, &mut Outputs) -> Result<(), PostError>,
+    ) -> Result<(), PostError> {
+        let dev = self.dev();
+        let entry = dev
+            .qp_entry(qpn)
+            .map_err(|error| PostError { index: 0, error })?;
+        let mut qp = entry.qp.lock();
+        let mut out = Outputs::default();
+        let result = call(&mut qp, &dev.env(), &mut out);
+        dev.deliver(&entry, &qp, &mut out);
+        result
+    }
+
     /// Device-wide packet counters.
     pub fn counters(&self) -> &DeviceCounters {
         &self.dev().counters
@@ -485,26 +502,10 @@ impl VerbsContext for EmuContext {
     }
 
     fn post_send(&self, qpn: u32, wrs: &[SendWr]) -> Result<(), PostError> {
-        let dev = self.dev();
-        let entry = dev
-            .qp_entry(qpn)
-            .map_err(|error| PostError { index: 0, error })?;
-        let mut qp = entry.qp.lock();
-        let mut out = Outputs::default();
-        let result = qp.post_send(wrs, &dev.env(), &mut out);
-        dev.deliver(&entry, &qp, &mut out);
-        result
+        self.with_qp(qpn, |qp, env, out| qp.post_send(wrs, env, out))
     }
 
     fn post_recv(&self, qpn: u32, wrs: &[RecvWr]) -> Result<(), PostError> {
-        let dev = self.dev();
-        let entry = dev
-            .qp_entry(qpn)
-            .map_err(|error| PostError { index: 0, error })?;
-        let mut qp = entry.qp.lock();
-        let mut out = Outputs::default();
-        let result = qp.post_recv(wrs, &mut out);
-        dev.deliver(&entry, &qp, &mut out);
-        result
+        self.with_qp(qpn, |qp, _, out| qp.post_recv(wrs, out))
     }
 }

@@ -212,16 +212,7 @@ impl SimPair {
         side: Side,
         wrs: &[SendWr],
     ) -> Result<(), softverbs_api::PostError> {
-        let mut out = Outputs::default();
-        let now_ns = self.now_ns;
-        let node = self.node(side);
-        let env = Env {
-            mem: &node.mem,
-            now_ns,
-        };
-        let r = node.qp.post_send(wrs, &env, &mut out);
-        self.absorb(side, out);
-        r
+        self.drive(side, |qp, env, out| qp.post_send(wrs, env, out))
     }
 
     /// Posts receive WRs on `side`.
@@ -234,6 +225,25 @@ impl SimPair {
         let r = self.node(side).qp.post_recv(wrs, &mut out);
         self.absorb(side, out);
         r
+    }
+
+    /// Runs one transport call on `side`'s QP at the current virtual time and handles what it
+    /// produced.
+    fn drive<R>(
+        &mut self,
+        side: Side,
+        call: impl FnOnce(&mut TransportQp, &Env<'_>, &mut Outputs) -> R,
+    ) -> R {
+        let mut out = Outputs::default();
+        let now_ns = self.now_ns;
+        let node = self.node(side);
+        let env = Env {
+            mem: &node.mem,
+            now_ns,
+        };
+        let result = call(&mut node.qp, &env, &mut out);
+        self.absorb(side, out);
+        result
     }
 
     /// Handles the transport's outputs: packets onto the (faulty) wire, completions recorded.
@@ -342,15 +352,7 @@ impl SimPair {
             }
             (_, Some((d, side))) => {
                 self.now_ns = self.now_ns.max(d);
-                let mut out = Outputs::default();
-                let now_ns = self.now_ns;
-                let node = self.node(side);
-                let env = Env {
-                    mem: &node.mem,
-                    now_ns,
-                };
-                node.qp.on_timer(&env, &mut out);
-                self.absorb(side, out);
+                self.drive(side, |qp, env, out| qp.on_timer(env, out));
                 true
             }
             _ => false,
@@ -371,15 +373,7 @@ impl SimPair {
         let Ok((repr, _)) = RoceRepr::parse(bytes) else {
             return;
         };
-        let mut out = Outputs::default();
-        let now_ns = self.now_ns;
-        let node = self.node(to);
-        let env = Env {
-            mem: &node.mem,
-            now_ns,
-        };
-        node.qp.on_packet(&repr, &env, &mut out);
-        self.absorb(to, out);
+        self.drive(to, |qp, env, out| qp.on_packet(&repr, env, out));
     }
 
     /// Steps until nothing is left or `max_steps` ran; returns the steps taken.

@@ -103,30 +103,15 @@ pub fn run(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
             && (is_last || qp.req.packets_since_ack_req + 1 >= MAX_PACKETS_PER_ACK);
         let data = wqe.data.as_deref().unwrap_or(&[]);
         let payload = &data[offset as usize..offset as usize + len];
-        let repr = RoceRepr {
-            bth: BthRepr {
-                opcode,
+        let mut repr = RoceRepr::new(
+            BthRepr {
                 solicited: wqe.solicited && is_last,
-                mig_req: false,
-                pad_count: 0,
-                tver: 0,
-                pkey: 0xffff,
-                fecn: false,
-                becn: false,
-                dest_qp: qp.attr.dest_qp_num,
                 ack_req,
-                psn: next_psn,
+                ..BthRepr::new(opcode, qp.attr.dest_qp_num, next_psn)
             },
-            reth: None,
-            aeth: None,
-            immdt: (is_last && wqe.opcode.has_imm()).then_some(wqe.imm_data),
-            ieth: None,
-            deth: None,
-            atomic_eth: None,
-            atomic_ack_eth: None,
-            feth: None,
             payload,
-        };
+        );
+        repr.immdt = (is_last && wqe.opcode.has_imm()).then_some(wqe.imm_data);
         let Some(packet) = OutPacket::build(&path, &repr) else {
             wqe.status = Some(WcStatus::LocQpOpErr);
             continue;

@@ -204,30 +204,11 @@ fn nak_and_fail(
 /// Sends an ACKNOWLEDGE packet carrying `aeth` for `psn`.
 fn send_aeth(qp: &mut TransportQp, psn: Psn, aeth: AethRepr, out: &mut Outputs) {
     let Some(path) = qp.path else { return };
-    let repr = RoceRepr {
-        bth: BthRepr {
-            opcode: Opcode::RC_ACKNOWLEDGE,
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            tver: 0,
-            pkey: 0xffff,
-            fecn: false,
-            becn: false,
-            dest_qp: qp.attr.dest_qp_num,
-            ack_req: false,
-            psn,
-        },
-        reth: None,
-        aeth: Some(aeth),
-        immdt: None,
-        ieth: None,
-        deth: None,
-        atomic_eth: None,
-        atomic_ack_eth: None,
-        feth: None,
-        payload: &[],
-    };
+    let mut repr = RoceRepr::new(
+        BthRepr::new(Opcode::RC_ACKNOWLEDGE, qp.attr.dest_qp_num, psn),
+        &[],
+    );
+    repr.aeth = Some(aeth);
     if let Some(packet) = OutPacket::build(&path, &repr) {
         qp.counters.sent_responses += 1;
         out.packets.push(packet);

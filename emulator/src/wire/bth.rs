@@ -217,6 +217,23 @@ pub struct BthRepr {
 }
 
 impl BthRepr {
+    /// A BTH as rxe sends it: P_Key 0xffff, TVer 0, no MigReq / SE / FECN / BECN, no AckReq.
+    pub fn new(opcode: Opcode, dest_qp: u32, psn: Psn) -> BthRepr {
+        BthRepr {
+            opcode,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            tver: 0,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qp,
+            ack_req: false,
+            psn,
+        }
+    }
+
     /// Reads the fields of a BTH view.
     pub fn parse<T: AsRef<[u8]> + ?Sized>(packet: &BthPacket<&T>) -> Result<BthRepr, WireError> {
         Ok(BthRepr {
