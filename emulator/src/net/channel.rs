@@ -65,7 +65,7 @@ impl Link for ChannelLink {
         self.local
     }
 
-    fn send(&self, packet: &mut OutPacket) -> io::Result<()> {
+    fn finalize(&self, packet: &mut OutPacket) -> io::Result<()> {
         let dst = SocketAddr::new(packet.dst_ip, packet.udp_dst_port);
         let ip = match (self.local.ip(), dst.ip()) {
             (std::net::IpAddr::V4(src), std::net::IpAddr::V4(dst)) => IpHeaderInfo::V4 {
@@ -84,6 +84,11 @@ impl Link for ChannelLink {
             udp_dst_port: dst.port(),
         };
         write_icrc(&ctx, &mut packet.bytes);
+        Ok(())
+    }
+
+    fn send_raw(&self, packet: &OutPacket) -> io::Result<()> {
+        let dst = SocketAddr::new(packet.dst_ip, packet.udp_dst_port);
         let target = self.network.endpoints.lock().get(&dst).cloned();
         if let Some(tx) = target {
             // Full or gone: the datagram is lost, as on a real network.

@@ -1,10 +1,11 @@
 //! Datagram I/O: the [`Link`] trait and its implementations (UDP sockets, an in-process
-//! channel network), plus pcap reading and writing.
+//! channel network), a fault-injecting wrapper for either, plus pcap reading and writing.
 //!
 //! A link owns the IP and UDP headers of what it sends, so it is also where the ICRC is
 //! written: the ICRC covers those headers (see `wire::icrc`).
 
 pub mod channel;
+pub mod fault;
 pub mod pcap;
 mod sys;
 pub mod udp;
@@ -33,9 +34,21 @@ pub struct InDatagram {
 pub trait Link: Send + Sync {
     /// The local IP address and UDP port.
     fn local_addr(&self) -> SocketAddr;
-    /// Writes the ICRC into `packet.bytes` (for the headers this link really sends) and sends
-    /// it. Errors are the OS's; a dropped datagram is not an error (the transport retries).
-    fn send(&self, packet: &mut OutPacket) -> io::Result<()>;
+    /// Writes the ICRC into `packet.bytes` for the IP and UDP headers this link really sends
+    /// it with. `InvalidInput` if the destination cannot be reached from this link (another
+    /// address family).
+    fn finalize(&self, packet: &mut OutPacket) -> io::Result<()>;
+    /// Sends `packet.bytes` exactly as they are (ICRC already written by [`Link::finalize`]).
+    /// Split from `send` so that a wrapper can change the bytes after the ICRC was computed,
+    /// as corruption on the wire would. Errors are the OS's; a dropped datagram is not an
+    /// error (the transport retries).
+    fn send_raw(&self, packet: &OutPacket) -> io::Result<()>;
+    /// Writes the ICRC into `packet.bytes` and sends it: [`Link::finalize`] then
+    /// [`Link::send_raw`].
+    fn send(&self, packet: &mut OutPacket) -> io::Result<()> {
+        self.finalize(packet)?;
+        self.send_raw(packet)
+    }
     /// Waits up to `timeout` for one datagram. `Ok(None)` on timeout. Call in a loop.
     fn recv(&self, timeout: Duration) -> io::Result<Option<InDatagram>>;
 }

@@ -88,9 +88,14 @@ impl Link for UdpLink {
         self.local
     }
 
-    fn send(&self, packet: &mut OutPacket) -> io::Result<()> {
+    fn finalize(&self, packet: &mut OutPacket) -> io::Result<()> {
         let dst = SocketAddr::new(packet.dst_ip, packet.udp_dst_port);
         write_icrc(&self.icrc_context(dst), &mut packet.bytes);
+        Ok(())
+    }
+
+    fn send_raw(&self, packet: &OutPacket) -> io::Result<()> {
+        let dst = SocketAddr::new(packet.dst_ip, packet.udp_dst_port);
         match self.socket.send_to(&packet.bytes, dst) {
             Ok(_) => Ok(()),
             // A full socket buffer is packet loss, which the transport recovers from.
