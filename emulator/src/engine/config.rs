@@ -1,10 +1,11 @@
-//! How an emulated device is described: its name, IP address, UDP port and link.
+//! How an emulated device is described: its name, IP address, UDP port, link and faults.
 
 use std::net::IpAddr;
 
 use softverbs_api::{VerbsError, VerbsResult};
 
 use crate::net::channel::ChannelNetwork;
+use crate::net::fault::FaultSetting;
 use crate::transport::qp::ROCE_UDP_PORT;
 
 /// Which link a device sends through.
@@ -40,6 +41,8 @@ pub struct DeviceConfig {
     pub netdev_mtu: u32,
     /// The link.
     pub link: LinkConfig,
+    /// Fault injection on what the device sends (either link); `None` for a clean link.
+    pub faults: Option<FaultSetting>,
 }
 
 impl DeviceConfig {
@@ -51,7 +54,27 @@ impl DeviceConfig {
             udp_port: ROCE_UDP_PORT,
             netdev_mtu: 65536,
             link: LinkConfig::Udp,
+            faults: None,
         }
+    }
+
+    /// Gives every device of `list` the faults of `spec` (see [`FaultSetting::parse`]),
+    /// device `i` with seed `seed + i` so that devices do not drop in lockstep, each with
+    /// its own counters. EINVAL naming `source` if `spec` is malformed.
+    pub fn apply_fault_spec(
+        list: &mut [DeviceConfig],
+        spec: &str,
+        source: &str,
+    ) -> VerbsResult<()> {
+        let setting =
+            FaultSetting::parse(spec).map_err(|e| VerbsError::inval(format!("{source}: {e}")))?;
+        for (i, device) in list.iter_mut().enumerate() {
+            device.faults = Some(FaultSetting::new(
+                setting.config,
+                setting.seed.wrapping_add(i as u64),
+            ));
+        }
+        Ok(())
     }
 
     /// Parses the device list of `SOFTVERBS_DEVICES`: comma-separated entries, each
@@ -108,5 +131,23 @@ mod tests {
             DeviceConfig::parse_list("x=nonsense").unwrap_err().errno(),
             22
         );
+    }
+
+    #[test]
+    fn fault_specs_apply_to_every_device_with_distinct_seeds() {
+        let mut list = DeviceConfig::parse_list("127.0.0.1,127.0.0.2").unwrap();
+        assert!(list.iter().all(|d| d.faults.is_none()));
+        DeviceConfig::apply_fault_spec(&mut list, "loss=100,corrupt=10,seed=7", "test").unwrap();
+        let f0 = list[0].faults.clone().unwrap();
+        let f1 = list[1].faults.clone().unwrap();
+        assert_eq!(f0.config.loss_per_mille, 100);
+        assert_eq!(f1.config.corrupt_per_mille, 10);
+        assert_eq!((f0.seed, f1.seed), (7, 8));
+        assert!(!std::sync::Arc::ptr_eq(&f0.counters, &f1.counters));
+
+        let e =
+            DeviceConfig::apply_fault_spec(&mut list, "loss=lots", "SOFTVERBS_FAULTS").unwrap_err();
+        assert_eq!(e.errno(), 22);
+        assert!(e.to_string().contains("SOFTVERBS_FAULTS"), "{e}");
     }
 }

@@ -1,5 +1,6 @@
 //! Device discovery: the devices of `SOFTVERBS_DEVICES` (or the embedded default of two
-//! loopback devices) plus those registered through the API; opening one starts its engine.
+//! loopback devices, with the faults of `SOFTVERBS_FAULTS` if set) plus those registered
+//! through the API; opening one starts its engine.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -12,11 +13,17 @@ use softverbs_api::{VerbsError, VerbsResult};
 use super::config::{DeviceConfig, LinkConfig};
 use super::context::{Device, DeviceRuntime, EmuContext};
 use crate::net::channel::ChannelLink;
+use crate::net::fault::{FaultCounters, FaultyLink};
 use crate::net::udp::UdpLink;
 use crate::net::Link;
 
 /// The environment variable listing emulated devices (see [`DeviceConfig::parse_list`]).
 pub const DEVICES_ENV: &str = "SOFTVERBS_DEVICES";
+
+/// The environment variable giving fault injection to every device of [`DEVICES_ENV`] (or of
+/// the default list), e.g. `loss=100,burst=50,burst_max=4,dup=50,reorder=50,corrupt=10,seed=7`
+/// (see [`crate::net::fault::FaultSetting::parse`]).
+pub const FAULTS_ENV: &str = "SOFTVERBS_FAULTS";
 
 /// How long an open waits for a closing instance of the same device to release its address.
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
@@ -27,6 +34,8 @@ struct Registry {
     /// Open devices: the runtime (alive while contexts exist) and the device itself (alive
     /// until its engine thread has exited and its socket is closed).
     open: HashMap<String, (Weak<DeviceRuntime>, Weak<Device>)>,
+    /// Fault counters of devices opened with faults, by name (the last open's).
+    fault_counters: HashMap<String, Arc<FaultCounters>>,
 }
 
 static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
@@ -66,8 +75,19 @@ pub fn register_device(config: DeviceConfig) -> VerbsResult<()> {
 }
 
 /// Every known device: those of the environment (or the default), then registered ones.
+/// EINVAL if `SOFTVERBS_DEVICES` or `SOFTVERBS_FAULTS` is malformed.
 pub fn device_list() -> VerbsResult<Vec<DeviceConfig>> {
     let mut list = env_devices()?;
+    // Applied here, not in env_devices: registering a device only needs the names.
+    match std::env::var(FAULTS_ENV) {
+        Ok(spec) => DeviceConfig::apply_fault_spec(&mut list, &spec, FAULTS_ENV)?,
+        Err(std::env::VarError::NotPresent) => {}
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err(VerbsError::inval(format!(
+                "{FAULTS_ENV} is not valid UTF-8"
+            )))
+        }
+    }
     if let Some(reg) = REGISTRY.lock().as_ref() {
         list.extend(reg.registered.iter().cloned());
     }
@@ -115,10 +135,27 @@ pub fn open_device(name: &str) -> VerbsResult<EmuContext> {
                 Box::new(link)
             }
         };
+    let link: Box<dyn Link> = match &config.faults {
+        Some(setting) => {
+            reg.fault_counters
+                .insert(name.to_string(), Arc::clone(&setting.counters));
+            Box::new(FaultyLink::new(link, setting))
+        }
+        None => {
+            reg.fault_counters.remove(name);
+            link
+        }
+    };
     let device = Arc::new(Device::new(config, link));
     let device_weak = Arc::downgrade(&device);
     let runtime = Arc::new(DeviceRuntime::start(device)?);
     reg.open
         .insert(name.to_string(), (Arc::downgrade(&runtime), device_weak));
     Ok(EmuContext { runtime })
+}
+
+/// The fault counters of device `name` as last opened, if it was opened with faults (from
+/// its [`DeviceConfig::faults`] or from `SOFTVERBS_FAULTS`).
+pub fn fault_counters(name: &str) -> Option<Arc<FaultCounters>> {
+    REGISTRY.lock().as_ref()?.fault_counters.get(name).cloned()
 }
