@@ -159,3 +159,45 @@ pub fn open_device(name: &str) -> VerbsResult<EmuContext> {
 pub fn fault_counters(name: &str) -> Option<Arc<FaultCounters>> {
     REGISTRY.lock().as_ref()?.fault_counters.get(name).cloned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::channel::ChannelNetwork;
+    use crate::net::fault::{FaultConfig, FaultSetting};
+
+    // The only test of this crate that touches the environment or the device list, so
+    // setting the variable cannot disturb another test.
+    #[test]
+    fn faults_env_applies_to_listed_devices_and_bad_syntax_is_einval() {
+        std::env::remove_var(DEVICES_ENV);
+        std::env::set_var(FAULTS_ENV, "loss=5,dup=1,seed=3");
+        let list = device_list().unwrap();
+        let seeds: Vec<_> = list
+            .iter()
+            .map(|d| d.faults.as_ref().map(|f| (f.config.loss_per_mille, f.seed)))
+            .collect();
+        assert_eq!(seeds, vec![Some((5, 3)), Some((5, 4))]);
+
+        std::env::set_var(FAULTS_ENV, "loss=oops");
+        assert_eq!(device_list().unwrap_err().errno(), 22);
+        assert_eq!(open_device("softrxe0").err().map(|e| e.errno()), Some(22));
+        std::env::remove_var(FAULTS_ENV);
+        assert!(device_list().unwrap().iter().all(|d| d.faults.is_none()));
+
+        // A registered device keeps its own setting; its counters are reachable by name.
+        let setting = FaultSetting::new(FaultConfig::harsh(), 1);
+        let ip = IpAddr::V4(Ipv4Addr::new(10, 99, 0, 1));
+        register_device(DeviceConfig {
+            link: LinkConfig::Channel(ChannelNetwork::new()),
+            faults: Some(setting.clone()),
+            ..DeviceConfig::new("fault-registry-test", ip)
+        })
+        .unwrap();
+        assert!(fault_counters("fault-registry-test").is_none());
+        let ctx = open_device("fault-registry-test").unwrap();
+        let counters = fault_counters("fault-registry-test").unwrap();
+        assert!(Arc::ptr_eq(&counters, &setting.counters));
+        drop(ctx);
+    }
+}
