@@ -17,6 +17,8 @@ fn attrs(retry_cnt: u8, rnr_retry: u8) -> QpAttr {
         retry_cnt,
         rnr_retry,
         min_rnr_timer: 1, // 10 us
+        max_rd_atomic: 4,
+        max_dest_rd_atomic: 4,
         ..QpAttr::default()
     }
 }

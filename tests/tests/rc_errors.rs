@@ -151,21 +151,22 @@ fn post_send_reports_the_first_failing_wr() {
     check_send_wc(&poll_1(&a.send_cq, "send 4"), 4, 7, a.qpn());
     check_recv_wc(&poll_1(&b.recv_cq, "recv 2"), 2, 7, None, b.qpn(), a.qpn());
 
-    // RDMA READ is valid on RC but not implemented yet: EOPNOTSUPP at its index, the SEND
-    // before it is posted. (Issue 3 implements READ and will change this expectation.)
-    let read = SendWr {
-        opcode: WrOpcode::RdmaRead,
+    // An atomic needs exactly an 8-byte local buffer for the original value (as rdma-core's
+    // ibv_post_send checks): EINVAL at its index, the SEND before it is posted.
+    let atomic = SendWr {
+        opcode: WrOpcode::AtomicFetchAndAdd,
         remote: RemoteAddr {
             remote_addr: b.recv_mr.addr(),
             rkey: b.recv_mr.rkey(),
         },
-        ..SendWr::send(6, vec![sge(0, 8)])
+        compare_add: 1,
+        ..SendWr::send(6, vec![sge(0, 4)])
     };
     let err =
-        a.qp.post_send(&[SendWr::send(5, vec![sge(0, 3)]), read])
+        a.qp.post_send(&[SendWr::send(5, vec![sge(0, 3)]), atomic])
             .unwrap_err();
     assert_eq!(err.index, 1, "{err}");
-    assert_eq!(err.error.errno(), 95, "{err}");
+    assert_eq!(err.error.errno(), 22, "{err}");
     check_send_wc(&poll_1(&a.send_cq, "send 5"), 5, 3, a.qpn());
     check_recv_wc(&poll_1(&b.recv_cq, "recv 3"), 3, 3, None, b.qpn(), a.qpn());
 

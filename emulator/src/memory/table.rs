@@ -295,6 +295,24 @@ impl MrTable {
         Ok(total)
     }
 
+    /// Checks, without copying, that a peer may access `[va, va + len)` through `rkey` with
+    /// `need` (e.g. the whole DMA length of a multi-packet WRITE, at its FIRST packet). A
+    /// zero-length access checks nothing (C9-88).
+    pub fn check_remote(
+        &self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        need: AccessFlags,
+    ) -> Result<(), MemError> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.inner.read().span(pd, rkey, true, need, va, len)?;
+        Ok(())
+    }
+
     /// A peer's RDMA WRITE of `data` at `va` through `rkey`, for a QP of `pd`: needs
     /// REMOTE_WRITE. A zero-length write touches nothing and checks nothing (IB spec C9-88, as
     /// rxe).

@@ -168,6 +168,8 @@ impl SimPair {
             retry_cnt: attrs.retry_cnt,
             rnr_retry: attrs.rnr_retry,
             min_rnr_timer: attrs.min_rnr_timer,
+            max_rd_atomic: attrs.max_rd_atomic,
+            max_dest_rd_atomic: attrs.max_dest_rd_atomic,
             qp_access_flags: AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
                 | AccessFlags::REMOTE_ATOMIC,
@@ -188,6 +190,8 @@ impl SimPair {
             | QpAttrMask::RETRY_CNT
             | QpAttrMask::RNR_RETRY
             | QpAttrMask::MIN_RNR_TIMER
+            | QpAttrMask::MAX_QP_RD_ATOMIC
+            | QpAttrMask::MAX_DEST_RD_ATOMIC
             | QpAttrMask::ACCESS_FLAGS;
         let mut out = Outputs::default();
         self.node(side).qp.apply_modify(&attr, mask, &mut out);

@@ -1,7 +1,7 @@
-//! The completer: consumes ACKs and NAKs, retires acknowledged WQEs as completions, and
-//! decides on retransmission (go-back-N) and retry exhaustion.
+//! The completer: consumes ACKs, NAKs, READ responses and atomic ACKs, retires WQEs as
+//! completions, and decides on retransmission (go-back-N) and retry exhaustion.
 
-use softverbs_api::{QpState, WcStatus, WorkCompletion};
+use softverbs_api::{AccessFlags, QpState, Sge, WcStatus, WorkCompletion, WrOpcode};
 
 use super::output::{Completion, CompletionTarget, Env, Outputs};
 use super::qp::{send_wc_opcode, TransportQp};
@@ -33,7 +33,7 @@ impl CompleterState {
     }
 }
 
-/// A response packet (ACK / NAK; later read responses and atomic ACKs) for this QP.
+/// A response packet for this QP: ACK / NAK, READ response or atomic ACK.
 pub fn on_response(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: &mut Outputs) {
     if !matches!(qp.state(), QpState::Rts | QpState::Sqd | QpState::Sqe) {
         qp.counters.dropped_packets += 1;
@@ -42,20 +42,26 @@ pub fn on_response(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out:
     let psn = pkt.bth.psn;
     // A response must name a PSN we have sent and not yet seen acknowledged.
     let in_window = psn.diff(qp.comp.una) >= 0 && psn.diff(qp.req.next_psn) < 0;
-    let (Some(aeth), Some(info)) = (pkt.aeth, pkt.bth.opcode.info()) else {
+    let Some(info) = pkt.bth.opcode.info() else {
         qp.counters.dropped_packets += 1;
         return;
     };
-    if info.kind != OpKind::Ack || !in_window {
+    if !in_window {
         qp.counters.dropped_packets += 1;
         return;
     }
-    match aeth.kind() {
-        AethKind::Ack => {
-            ack_through(qp, psn, env, out);
+    let aeth_kind = pkt.aeth.map(|a| a.kind());
+    match (info.kind, aeth_kind) {
+        (OpKind::ReadResponse, None | Some(AethKind::Ack)) => on_read_response(qp, pkt, env, out),
+        (OpKind::AtomicAck, Some(AethKind::Ack)) => on_atomic_ack(qp, pkt, env, out),
+        (OpKind::Ack, Some(AethKind::Ack)) => {
+            if let Some(lost) = ack_through(qp, psn, env, out) {
+                // The ACK covers a READ / atomic whose response never came: ask again.
+                retry_from(qp, lost, out);
+            }
         }
-        AethKind::RnrNak { timer } => {
-            ack_through(qp, psn.add(Psn::MASK), env, out);
+        (OpKind::Ack, Some(AethKind::RnrNak { timer })) => {
+            let resume = ack_before(qp, psn, env, out).unwrap_or(psn);
             qp.counters.rnr_naks_received += 1;
             if qp.comp.rnr_retries_left == 0 {
                 fail_front(qp, Some(WcStatus::RnrRetryExcErr), out);
@@ -64,32 +70,107 @@ pub fn on_response(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out:
             if qp.comp.rnr_retries_left != INFINITE_RETRIES {
                 qp.comp.rnr_retries_left -= 1;
             }
-            rewind(qp, psn);
+            rewind(qp, resume);
             qp.timers.retransmit_at_ns = None;
             qp.timers.rnr_retry_at_ns = Some(env.now_ns + rnr_timer_ns(timer));
         }
-        AethKind::Nak(NakCode::PsnSequenceError) => {
-            ack_through(qp, psn.add(Psn::MASK), env, out);
+        (OpKind::Ack, Some(AethKind::Nak(NakCode::PsnSequenceError))) => {
+            let resume = ack_before(qp, psn, env, out).unwrap_or(psn);
             qp.counters.seq_err_naks_received += 1;
             // The responder NAKs once per gap; a NAK that arrives while a retry for that gap
             // (or an RNR wait) is already under way is a consequence of it, not a new loss.
             if qp.comp.retry_started || qp.timers.rnr_retry_at_ns.is_some() {
                 return;
             }
-            if !use_retry(qp, out) {
-                return;
-            }
-            qp.comp.retry_started = true;
-            rewind(qp, psn);
+            retry_from(qp, resume, out);
         }
-        AethKind::Nak(code) => {
-            ack_through(qp, psn.add(Psn::MASK), env, out);
+        (OpKind::Ack, Some(AethKind::Nak(code))) => {
+            let _ = ack_before(qp, psn, env, out);
             fail_front(qp, Some(nak_status(code)), out);
         }
-        AethKind::Reserved(_) => {
-            qp.counters.dropped_packets += 1;
-        }
+        _ => qp.counters.dropped_packets += 1,
     }
+}
+
+/// A READ response at `pkt.bth.psn`: lands in the oldest WQE, which must be that READ.
+fn on_read_response(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: &mut Outputs) {
+    let psn = pkt.bth.psn;
+    let earlier_unanswered = ack_before(qp, psn, env, out).filter(|first| *first != psn);
+    let mtu = qp.attr.path_mtu.bytes() as u64;
+    let pd = qp.pd;
+    let Some(wqe) = qp.sq.get_mut(0) else { return };
+    let into = psn.diff(wqe.first_psn);
+    if wqe.opcode != WrOpcode::RdmaRead || into < 0 || into as u32 >= wqe.psn_count {
+        qp.counters.dropped_packets += 1;
+        // An earlier READ / atomic was skipped over: its response was lost.
+        if let (Some(first), false) = (earlier_unanswered, qp.comp.retry_started) {
+            retry_from(qp, first, out);
+        }
+        return;
+    }
+    let into = into as u32;
+    if into < wqe.resp_packets {
+        qp.counters.dropped_packets += 1; // a duplicate of a response already placed
+        return;
+    }
+    if into > wqe.resp_packets {
+        // A response went missing: ask for the whole READ again.
+        let first = wqe.first_psn;
+        if !qp.comp.retry_started {
+            retry_from(qp, first, out);
+        }
+        return;
+    }
+    let offset = into as u64 * mtu;
+    let expect_len = (wqe.length - offset.min(wqe.length)).min(mtu);
+    let last = into + 1 == wqe.psn_count;
+    // After a partial re-request the same PSN may come as FIRST (new request) or MIDDLE (the
+    // old one, late) with the same bytes, so only the length is checked; a response of the
+    // wrong length is dropped and the READ asked again.
+    if pkt.payload.len() as u64 != expect_len {
+        qp.counters.dropped_packets += 1;
+        return;
+    }
+    if env.mem.scatter(pd, &wqe.sges, offset, pkt.payload).is_err() {
+        fail_front(qp, Some(WcStatus::LocProtErr), out);
+        return;
+    }
+    wqe.resp_packets += 1;
+    if last {
+        complete_front(qp, WcStatus::Success, psn, env, out);
+    }
+}
+
+/// An ATOMIC ACKNOWLEDGE: the original value goes to the atomic WR's local buffer.
+fn on_atomic_ack(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: &mut Outputs) {
+    let psn = pkt.bth.psn;
+    let earlier_unanswered = ack_before(qp, psn, env, out).filter(|first| *first != psn);
+    let Some(orig) = pkt.atomic_ack_eth.map(|a| a.orig) else {
+        return;
+    };
+    let pd = qp.pd;
+    let Some(wqe) = qp.sq.get(0) else { return };
+    let is_atomic = matches!(
+        wqe.opcode,
+        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+    );
+    if !is_atomic || wqe.first_psn != psn || wqe.packet_count == 0 {
+        qp.counters.dropped_packets += 1;
+        if let (Some(first), false) = (earlier_unanswered, qp.comp.retry_started) {
+            retry_from(qp, first, out);
+        }
+        return;
+    }
+    let sges: Vec<Sge> = wqe.sges.clone();
+    let placed = env
+        .mem
+        .check_sges(pd, &sges, AccessFlags::LOCAL_WRITE)
+        .and_then(|_| env.mem.scatter(pd, &sges, 0, &orig.to_ne_bytes()));
+    if placed.is_err() {
+        fail_front(qp, Some(WcStatus::LocProtErr), out);
+        return;
+    }
+    complete_front(qp, WcStatus::Success, psn, env, out);
 }
 
 /// Fires expired deadlines: the RNR wait ends, or the local ACK timeout retransmits.
@@ -104,56 +185,106 @@ pub fn on_timer(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
         }
         qp.counters.ack_timeouts += 1;
         // A timeout always retries, even if a NAK-triggered retry was under way.
-        if use_retry(qp, out) {
-            qp.comp.retry_started = true;
-            let una = qp.comp.una;
-            rewind(qp, una);
-        }
+        let una = qp.comp.una;
+        retry_from(qp, una, out);
     }
 }
 
-/// Takes one transport retry; on exhaustion fails the oldest WQE with RETRY_EXC_ERR.
-fn use_retry(qp: &mut TransportQp, out: &mut Outputs) -> bool {
+/// Takes one transport retry and goes back to `psn`; on exhaustion fails the oldest WQE
+/// with RETRY_EXC_ERR.
+fn retry_from(qp: &mut TransportQp, psn: Psn, out: &mut Outputs) {
     if qp.comp.retries_left == 0 {
         fail_front(qp, Some(WcStatus::RetryExcErr), out);
-        return false;
+        return;
     }
     if qp.comp.retries_left != INFINITE_RETRIES {
         qp.comp.retries_left -= 1;
     }
-    true
+    qp.comp.retry_started = true;
+    rewind(qp, psn);
 }
 
-/// Retires every WQE whose last packet is at or before `psn`.
-fn ack_through(qp: &mut TransportQp, psn: Psn, env: &Env<'_>, out: &mut Outputs) {
+/// A NAK, READ response or atomic ACK at `psn` acknowledges every PSN before it (responses
+/// come in PSN order). Returns the first PSN of an earlier READ / atomic left unanswered.
+fn ack_before(qp: &mut TransportQp, psn: Psn, env: &Env<'_>, out: &mut Outputs) -> Option<Psn> {
+    ack_through(qp, psn.add(Psn::MASK), env, out)
+}
+
+/// Retires every WQE whose last PSN is at or before `psn`, stopping at a READ / atomic that
+/// has not had its response. Returns that WQE's first PSN if `psn` reaches into it (its
+/// response was lost: the caller retries).
+fn ack_through(qp: &mut TransportQp, psn: Psn, env: &Env<'_>, out: &mut Outputs) -> Option<Psn> {
     let mut progressed = false;
+    let mut lost_response = None;
     while let Some(front) = qp.sq.front() {
         let sent_whole = qp.req.wqe_index > 0;
         if front.packet_count == 0 || !sent_whole || front.last_psn().diff(psn) > 0 {
+            if front.expects_response() && front.packet_count > 0 && front.first_psn.diff(psn) <= 0
+            {
+                lost_response = Some(front.first_psn);
+            }
             break;
         }
-        let Some(wqe) = qp.sq.pop() else { break };
-        qp.req.wqe_index -= 1;
-        progressed = true;
-        if wqe.signaled {
-            out.completions.push(Completion {
-                target: CompletionTarget::Send,
-                wc: WorkCompletion {
-                    wr_id: wqe.wr_id,
-                    status: WcStatus::Success,
-                    opcode: send_wc_opcode(wqe.opcode),
-                    byte_len: wqe.length as u32,
-                    qp_num: qp.qpn,
-                    ..WorkCompletion::default()
-                },
-            });
+        if front.expects_response() {
+            lost_response = Some(front.first_psn);
+            break;
         }
+        retire_front(qp, WcStatus::Success, out);
+        progressed = true;
     }
+    let acked_to = match lost_response {
+        Some(first) => first,
+        None => psn.next(),
+    };
+    if acked_to.diff(qp.comp.una) > 0 {
+        qp.comp.una = acked_to;
+        progressed = true;
+    }
+    note_progress(qp, progressed, env);
+    lost_response
+}
+
+/// Pops the oldest WQE and completes it (if signaled, or always on error).
+fn retire_front(qp: &mut TransportQp, status: WcStatus, out: &mut Outputs) {
+    let Some(wqe) = qp.sq.pop() else { return };
+    qp.req.wqe_index = qp.req.wqe_index.saturating_sub(1);
+    if wqe.signaled || status != WcStatus::Success {
+        let byte_len = match wqe.opcode {
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 8,
+            _ => wqe.length as u32,
+        };
+        out.completions.push(Completion {
+            target: CompletionTarget::Send,
+            wc: WorkCompletion {
+                wr_id: wqe.wr_id,
+                status,
+                opcode: send_wc_opcode(wqe.opcode),
+                byte_len,
+                qp_num: qp.qpn,
+                ..WorkCompletion::default()
+            },
+        });
+    }
+}
+
+/// The oldest WQE got its last response at `psn`: complete it and move `una` past it.
+fn complete_front(
+    qp: &mut TransportQp,
+    status: WcStatus,
+    psn: Psn,
+    env: &Env<'_>,
+    out: &mut Outputs,
+) {
+    retire_front(qp, status, out);
     if psn.next().diff(qp.comp.una) > 0 {
         qp.comp.una = psn.next();
-        progressed = true;
     }
-    // Forward progress (any newly acknowledged PSN) refills the retry budgets.
+    note_progress(qp, true, env);
+}
+
+/// Forward progress refills the retry budgets and ends a retry; the ACK timer restarts
+/// while anything is outstanding.
+fn note_progress(qp: &mut TransportQp, progressed: bool, env: &Env<'_>) {
     if progressed {
         qp.comp.retry_started = false;
         qp.comp.retries_left = qp.attr.retry_cnt;
@@ -161,23 +292,29 @@ fn ack_through(qp: &mut TransportQp, psn: Psn, env: &Env<'_>, out: &mut Outputs)
     }
     qp.timers.retransmit_at_ns = if qp.comp.una == qp.req.next_psn {
         None
-    } else {
+    } else if progressed || qp.timers.retransmit_at_ns.is_none() {
         ack_timeout_ns(qp.attr.timeout).map(|t| env.now_ns + t)
+    } else {
+        qp.timers.retransmit_at_ns
     };
 }
 
-/// Points the requester back at `psn` (go-back-N); the next `requester::run` resends from there.
+/// Points the requester back at `psn` (go-back-N); the next `requester::run` resends from
+/// there.
 fn rewind(qp: &mut TransportQp, psn: Psn) {
     for i in 0..(qp.req.wqe_index + 1).min(qp.sq.len()) {
-        let Some(wqe) = qp.sq.get(i) else { break };
+        let Some(wqe) = qp.sq.get_mut(i) else { break };
         if wqe.packet_count == 0 {
             break;
         }
         let into = psn.diff(wqe.first_psn);
-        if into >= 0 && (into as u32) < wqe.packet_count {
+        if into >= 0 && (into as u32) < wqe.psn_count.max(1) {
+            // A READ is asked again from its first missing response, an atomic whole.
+            let whole = wqe.expects_response();
+            let restart = wqe.first_psn.add(wqe.resp_packets);
             qp.req.wqe_index = i;
-            qp.req.packet_index = into as u32;
-            qp.req.next_psn = psn;
+            qp.req.packet_index = if whole { 0 } else { into as u32 };
+            qp.req.next_psn = if whole { restart } else { psn };
             return;
         }
     }
@@ -186,19 +323,9 @@ fn rewind(qp: &mut TransportQp, psn: Psn) {
 /// Completes the oldest WQE with `status` (or the status it failed with locally), then moves
 /// the QP to ERR, which flushes the rest.
 pub fn fail_front(qp: &mut TransportQp, status: Option<WcStatus>, out: &mut Outputs) {
-    if let Some(wqe) = qp.sq.pop() {
-        let status = status.or(wqe.status).unwrap_or(WcStatus::GeneralErr);
-        out.completions.push(Completion {
-            target: CompletionTarget::Send,
-            wc: WorkCompletion {
-                wr_id: wqe.wr_id,
-                status,
-                opcode: send_wc_opcode(wqe.opcode),
-                qp_num: qp.qpn,
-                ..WorkCompletion::default()
-            },
-        });
-        qp.req.wqe_index = qp.req.wqe_index.saturating_sub(1);
+    if let Some(front) = qp.sq.front() {
+        let status = status.or(front.status).unwrap_or(WcStatus::GeneralErr);
+        retire_front(qp, status, out);
     }
     qp.enter_error(out);
 }

@@ -215,6 +215,18 @@ impl TransportQp {
 
     fn queue_send(&mut self, wr: &SendWr, env: &Env<'_>) -> VerbsResult<()> {
         check_send_wr(self.qp_type, self.state(), &self.cap, wr)?;
+        let is_rd_atomic = matches!(
+            wr.opcode,
+            softverbs_api::WrOpcode::RdmaRead
+                | softverbs_api::WrOpcode::AtomicCmpAndSwp
+                | softverbs_api::WrOpcode::AtomicFetchAndAdd
+        );
+        if is_rd_atomic && self.attr.max_rd_atomic == 0 && self.state() != QpState::Err {
+            // It could never be issued: refuse it rather than let it wait forever.
+            return Err(VerbsError::inval(
+                "RDMA READ / atomic on a QP whose max_rd_atomic is 0",
+            ));
+        }
         if self.sq.is_full() {
             return Err(VerbsError::nomem(format!(
                 "send queue full ({} WRs)",
@@ -250,6 +262,15 @@ impl TransportQp {
             length: wr.total_length(),
             first_psn: Psn::default(),
             packet_count: 0,
+            psn_count: 0,
+            resp_packets: 0,
+            swap_add: if wr.opcode == softverbs_api::WrOpcode::AtomicCmpAndSwp {
+                wr.swap
+            } else {
+                wr.compare_add
+            },
+            compare: wr.compare_add,
+            fenced: wr.send_flags.contains(SendFlags::FENCE),
             status: None,
         };
         self.sq

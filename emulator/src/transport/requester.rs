@@ -1,12 +1,14 @@
-//! The requester: segments queued send WRs into request packets within the PSN window.
+//! The requester: turns queued send WRs into request packets within the PSN window, the
+//! `max_rd_atomic` limit and fences.
 
-use softverbs_api::{QpState, QpType, WcStatus, WrOpcode};
+use softverbs_api::{AccessFlags, QpState, QpType, WcStatus, WrOpcode};
 
 use super::completer;
 use super::output::{Env, OutPacket, Outputs};
 use super::qp::TransportQp;
 use super::syndrome::ack_timeout_ns;
-use crate::wire::{BthRepr, Opcode, Position, Psn, RoceRepr};
+use super::wqe::SendWqe;
+use crate::wire::{AtomicEthRepr, BthRepr, Opcode, Position, Psn, RethRepr, RoceRepr};
 
 /// Most PSNs in flight without an ACK (rxe's RXE_MAX_UNACKED_PSNS).
 pub const MAX_UNACKED_PSNS: i32 = 128;
@@ -47,8 +49,24 @@ impl RequesterState {
     }
 }
 
-/// Sends as many request packets as the window and the queue allow. Call after posting, after
-/// the window opens (an ACK) and after a timer fires.
+/// What stops the requester before the next packet.
+fn blocked(qp: &TransportQp, index: usize, wqe: &SendWqe) -> bool {
+    if qp.req.next_psn.diff(qp.comp.una) >= MAX_UNACKED_PSNS {
+        return true;
+    }
+    if qp.req.packet_index > 0 {
+        return false;
+    }
+    let earlier = (0..index).filter_map(|i| qp.sq.get(i));
+    let outstanding_rd_atomic = earlier.filter(|w| w.expects_response()).count();
+    if wqe.fenced && outstanding_rd_atomic > 0 {
+        return true;
+    }
+    wqe.expects_response() && outstanding_rd_atomic >= qp.attr.max_rd_atomic.max(1) as usize
+}
+
+/// Sends as many request packets as the window, `max_rd_atomic` and fences allow. Call
+/// after posting, after an ACK or response (the window moves) and after a timer fires.
 pub fn run(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
     if !matches!(qp.state(), QpState::Rts | QpState::Sqd) || qp.timers.rnr_retry_at_ns.is_some() {
         return;
@@ -56,15 +74,8 @@ pub fn run(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
     let Some(path) = qp.path else { return };
     let mtu = qp.attr.path_mtu.bytes() as u64;
     loop {
-        if qp.req.next_psn.diff(qp.comp.una) >= MAX_UNACKED_PSNS {
-            break;
-        }
         let index = qp.req.wqe_index;
-        let pd = qp.pd;
-        let next_psn = qp.req.next_psn;
-        let Some(wqe) = qp.sq.get_mut(index) else {
-            break;
-        };
+        let Some(wqe) = qp.sq.get(index) else { break };
         if wqe.status.is_some() {
             // A WQE that failed locally: it completes in order, once all before it did.
             if index == 0 {
@@ -72,63 +83,33 @@ pub fn run(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
             }
             break;
         }
-        if wqe.packet_count == 0 {
-            if wqe.data.is_none() {
-                let mut data = Vec::with_capacity(wqe.length as usize);
-                if env.mem.gather(pd, &wqe.sges, &mut data).is_err() {
-                    wqe.status = Some(WcStatus::LocProtErr);
-                    continue;
-                }
-                wqe.data = Some(data);
-            }
-            wqe.first_psn = next_psn;
-            wqe.packet_count = wqe.length.div_ceil(mtu).max(1) as u32;
+        if blocked(qp, index, wqe) {
+            break;
         }
-        let packet_index = qp.req.packet_index;
-        let offset = packet_index as u64 * mtu;
-        let len = (wqe.length - offset.min(wqe.length)).min(mtu) as usize;
-        let is_first = packet_index == 0;
-        let is_last = packet_index + 1 == wqe.packet_count;
-        let position = match (is_first, is_last) {
-            (true, true) => Position::Only,
-            (true, false) => Position::First,
-            (false, true) => Position::Last,
-            (false, false) => Position::Middle,
-        };
-        let Some(opcode) = request_opcode(qp.qp_type, wqe.opcode, position) else {
-            wqe.status = Some(WcStatus::LocQpOpErr);
+        if wqe.packet_count == 0 && !start_wqe(qp, index, env, mtu) {
+            continue;
+        }
+        let Some(packet) = build_packet(qp, index, mtu, &path) else {
+            if let Some(w) = qp.sq.get_mut(index) {
+                w.status = Some(WcStatus::LocQpOpErr);
+            }
             continue;
         };
-        let ack_req = qp.qp_type == QpType::Rc
-            && (is_last || qp.req.packets_since_ack_req + 1 >= MAX_PACKETS_PER_ACK);
-        let data = wqe.data.as_deref().unwrap_or(&[]);
-        let payload = &data[offset as usize..offset as usize + len];
-        let mut repr = RoceRepr::new(
-            BthRepr {
-                solicited: wqe.solicited && is_last,
-                ack_req,
-                ..BthRepr::new(opcode, qp.attr.dest_qp_num, next_psn)
-            },
-            payload,
-        );
-        repr.immdt = (is_last && wqe.opcode.has_imm()).then_some(wqe.imm_data);
-        let Some(packet) = OutPacket::build(&path, &repr) else {
-            wqe.status = Some(WcStatus::LocQpOpErr);
-            continue;
-        };
-        out.packets.push(packet);
+        out.packets.push(packet.0);
+        let (psns_used, is_last, ack_req) = (packet.1, packet.2, packet.3);
+        let next_psn = qp.req.next_psn;
         qp.counters.sent_requests += 1;
         if next_psn.diff(qp.req.high_psn) < 0 {
             qp.counters.retransmitted_packets += 1;
         } else {
-            qp.req.high_psn = next_psn.next();
+            qp.req.high_psn = next_psn.add(psns_used);
         }
         qp.req.packets_since_ack_req = if ack_req {
             0
         } else {
             qp.req.packets_since_ack_req + 1
         };
-        qp.req.next_psn = next_psn.next();
+        qp.req.next_psn = next_psn.add(psns_used);
         if is_last {
             qp.req.wqe_index += 1;
             qp.req.packet_index = 0;
@@ -141,25 +122,153 @@ pub fn run(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
     }
 }
 
+/// First transmission of WQE `index`: gathers its data (or checks where a READ's data will
+/// land) and numbers its PSNs. False if it failed locally (its status is then set).
+fn start_wqe(qp: &mut TransportQp, index: usize, env: &Env<'_>, mtu: u64) -> bool {
+    let pd = qp.pd;
+    let next_psn = qp.req.next_psn;
+    let Some(wqe) = qp.sq.get_mut(index) else {
+        return false;
+    };
+    let local_ok = match wqe.opcode {
+        // The response lands in the local SGEs, so they must be writable.
+        WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => env
+            .mem
+            .check_sges(pd, &wqe.sges, AccessFlags::LOCAL_WRITE)
+            .is_ok(),
+        _ if wqe.data.is_none() => {
+            let mut data = Vec::with_capacity(wqe.length as usize);
+            let ok = env.mem.gather(pd, &wqe.sges, &mut data).is_ok();
+            wqe.data = Some(data);
+            ok
+        }
+        _ => true,
+    };
+    if !local_ok {
+        wqe.status = Some(WcStatus::LocProtErr);
+        return false;
+    }
+    let segments = wqe.length.div_ceil(mtu).max(1) as u32;
+    wqe.first_psn = next_psn;
+    (wqe.packet_count, wqe.psn_count) = match wqe.opcode {
+        WrOpcode::RdmaRead => (1, segments),
+        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => (1, 1),
+        _ => (segments, segments),
+    };
+    wqe.resp_packets = 0;
+    true
+}
+
+/// Builds the requester's next packet of WQE `index`: the packet, the PSNs it uses, whether
+/// it is the WQE's last request packet, and whether it asks for an ACK.
+fn build_packet(
+    qp: &TransportQp,
+    index: usize,
+    mtu: u64,
+    path: &super::PathInfo,
+) -> Option<(super::OutPacket, u32, bool, bool)> {
+    let wqe = qp.sq.get(index)?;
+    let packet_index = qp.req.packet_index;
+    let is_first = packet_index == 0;
+    let is_last = packet_index + 1 >= wqe.packet_count;
+    let position = match (is_first, is_last) {
+        (true, true) => Position::Only,
+        (true, false) => Position::First,
+        (false, true) => Position::Last,
+        (false, false) => Position::Middle,
+    };
+    let opcode = request_opcode(qp.qp_type, wqe.opcode, position)?;
+    // READs and atomics are answered by responses, so they always ask; other messages ask
+    // on their last packet and every MAX_PACKETS_PER_ACK packets.
+    let ack_req = qp.qp_type == QpType::Rc
+        && (wqe.expects_response()
+            || is_last
+            || qp.req.packets_since_ack_req + 1 >= MAX_PACKETS_PER_ACK);
+    let offset = packet_index as u64 * mtu;
+    let payload: &[u8] = match wqe.opcode {
+        WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => &[],
+        _ => {
+            let data = wqe.data.as_deref().unwrap_or(&[]);
+            let len = (wqe.length - offset.min(wqe.length)).min(mtu) as usize;
+            data.get(offset as usize..offset as usize + len)?
+        }
+    };
+    let mut repr = RoceRepr::new(
+        BthRepr {
+            solicited: wqe.solicited && is_last,
+            ack_req,
+            ..BthRepr::new(opcode, qp.attr.dest_qp_num, qp.req.next_psn)
+        },
+        payload,
+    );
+    let info = opcode.info()?;
+    if info.headers.contains(crate::wire::HeaderSet::RETH) {
+        // A retried READ asks only for what has not arrived (as rxe does).
+        let done = if wqe.opcode == WrOpcode::RdmaRead {
+            (wqe.resp_packets as u64 * mtu).min(wqe.length)
+        } else {
+            0
+        };
+        repr.reth = Some(RethRepr {
+            va: wqe.remote.remote_addr.wrapping_add(done),
+            rkey: wqe.remote.rkey,
+            dma_len: (wqe.length - done) as u32,
+        });
+    }
+    if info.headers.contains(crate::wire::HeaderSet::ATOMIC_ETH) {
+        repr.atomic_eth = Some(AtomicEthRepr {
+            va: wqe.remote.remote_addr,
+            rkey: wqe.remote.rkey,
+            swap_add: wqe.swap_add,
+            compare: wqe.compare,
+        });
+    }
+    if info.headers.contains(crate::wire::HeaderSet::IMMDT) {
+        repr.immdt = Some(wqe.imm_data);
+    }
+    // A READ request stands for all its (remaining) response PSNs; everything else uses one
+    // per packet.
+    let psns_used = if wqe.expects_response() {
+        wqe.psn_count - wqe.resp_packets
+    } else {
+        1
+    };
+    Some((OutPacket::build(path, &repr)?, psns_used, is_last, ack_req))
+}
+
 /// The BTH opcode of packet `position` of a message of `op` on a `qp_type` QP.
 pub fn request_opcode(qp_type: QpType, op: WrOpcode, position: Position) -> Option<Opcode> {
     use Position::*;
+    use WrOpcode::*;
     let rc = match (op, position) {
-        (WrOpcode::Send | WrOpcode::SendWithImm, First) => Opcode::RC_SEND_FIRST,
-        (WrOpcode::Send | WrOpcode::SendWithImm, Middle) => Opcode::RC_SEND_MIDDLE,
-        (WrOpcode::Send, Last) => Opcode::RC_SEND_LAST,
-        (WrOpcode::SendWithImm, Last) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
-        (WrOpcode::Send, Only) => Opcode::RC_SEND_ONLY,
-        (WrOpcode::SendWithImm, Only) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+        (Send | SendWithImm, First) => Opcode::RC_SEND_FIRST,
+        (Send | SendWithImm, Middle) => Opcode::RC_SEND_MIDDLE,
+        (Send, Last) => Opcode::RC_SEND_LAST,
+        (SendWithImm, Last) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+        (Send, Only) => Opcode::RC_SEND_ONLY,
+        (SendWithImm, Only) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+        (RdmaWrite | RdmaWriteWithImm, First) => Opcode::RC_RDMA_WRITE_FIRST,
+        (RdmaWrite | RdmaWriteWithImm, Middle) => Opcode::RC_RDMA_WRITE_MIDDLE,
+        (RdmaWrite, Last) => Opcode::RC_RDMA_WRITE_LAST,
+        (RdmaWriteWithImm, Last) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+        (RdmaWrite, Only) => Opcode::RC_RDMA_WRITE_ONLY,
+        (RdmaWriteWithImm, Only) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        (RdmaRead, Only) => Opcode::RC_RDMA_READ_REQUEST,
+        (AtomicCmpAndSwp, Only) => Opcode::RC_COMPARE_SWAP,
+        (AtomicFetchAndAdd, Only) => Opcode::RC_FETCH_ADD,
         _ => return None,
     };
     match qp_type {
         QpType::Rc => Some(rc),
-        // UC opcodes are the RC ones with transport bits 001 (0x20 + the same low bits).
-        QpType::Uc => Some(Opcode(0x20 | rc.0)),
+        // UC opcodes are the RC ones with transport bits 001 (0x20 + the same low bits);
+        // UC has no READ or atomics.
+        QpType::Uc if !matches!(op, RdmaRead | AtomicCmpAndSwp | AtomicFetchAndAdd) => {
+            Some(Opcode(0x20 | rc.0))
+        }
+        QpType::Uc => None,
         QpType::Ud => match (op, position) {
-            (WrOpcode::Send, Only) => Some(Opcode::UD_SEND_ONLY),
-            (WrOpcode::SendWithImm, Only) => Some(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE),
+            (Send, Only) => Some(Opcode::UD_SEND_ONLY),
+            (SendWithImm, Only) => Some(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE),
             _ => None,
         },
     }

@@ -1,20 +1,49 @@
 //! The responder: checks incoming requests against the expected PSN, executes them against
-//! receive WQEs and memory, and answers with ACK / NAK as rxe does.
+//! receive WQEs and memory, and answers with ACK / NAK / READ responses / atomic ACKs as rxe
+//! does.
 
-use softverbs_api::{QpState, QpType, WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use std::collections::VecDeque;
+
+use softverbs_api::{AccessFlags, QpState, QpType, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 use super::output::{Completion, CompletionTarget, Env, OutPacket, Outputs};
 use super::qp::TransportQp;
 use super::wqe::RecvWqe;
-use crate::wire::{AethRepr, BthRepr, NakCode, OpKind, Opcode, Psn, RoceRepr, Transport};
+use crate::memory::MemError;
+use crate::wire::{
+    AethRepr, AtomicAckEthRepr, BthRepr, NakCode, OpKind, Opcode, OpcodeInfo, Psn, RoceRepr,
+    Transport,
+};
 
-/// A multi-packet message being received.
+/// A SEND being received, between its FIRST and LAST packets.
 #[derive(Debug, Clone)]
 pub struct RecvInProgress {
     /// The receive WQE it lands in.
     pub wqe: RecvWqe,
     /// Bytes placed so far.
     pub offset: u64,
+}
+
+/// An RDMA WRITE being received, between its FIRST and LAST packets.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteInProgress {
+    /// Remote key of the target region.
+    pub rkey: u32,
+    /// Start address of the write.
+    pub va: u64,
+    /// Total length announced in the RETH.
+    pub dma_len: u64,
+    /// Bytes placed so far.
+    pub offset: u64,
+}
+
+/// The answer to an executed atomic, kept to answer its duplicates without executing again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtomicReplay {
+    /// PSN of the atomic request.
+    pub psn: Psn,
+    /// The original value it returned.
+    pub orig: u64,
 }
 
 /// What the responder tracks.
@@ -24,11 +53,16 @@ pub struct ResponderState {
     pub epsn: Psn,
     /// Message sequence number: requests completed (24 bits).
     pub msn: u32,
-    /// The SEND being received, between its FIRST and LAST packets.
+    /// The SEND being received.
     pub current: Option<RecvInProgress>,
+    /// The RDMA WRITE being received.
+    pub write: Option<WriteInProgress>,
     /// A PSN sequence error NAK was sent for `epsn` and not yet answered by a retransmission;
     /// rxe sends one per gap, not one per out-of-order packet.
     pub nak_sent: bool,
+    /// Answers of the latest atomics, oldest first, at most `max_dest_rd_atomic` of them (the
+    /// requester never has more outstanding, so a retransmitted atomic is always here).
+    pub atomic_replay: VecDeque<AtomicReplay>,
 }
 
 impl ResponderState {
@@ -38,6 +72,10 @@ impl ResponderState {
             epsn: psn,
             ..ResponderState::default()
         };
+    }
+
+    fn in_message(&self) -> bool {
+        self.current.is_some() || self.write.is_some()
     }
 }
 
@@ -50,12 +88,11 @@ pub fn on_request(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: 
         (qp.qp_type, info.transport),
         (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
     );
-    if !transport_ok
-        || !matches!(
-            qp.state(),
-            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-        )
-    {
+    let ready = matches!(
+        qp.state(),
+        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+    );
+    if !transport_ok || !ready {
         qp.counters.dropped_packets += 1;
         return;
     }
@@ -68,47 +105,91 @@ pub fn on_request(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: 
             qp.resp.nak_sent = true;
             qp.counters.seq_err_naks_sent += 1;
             let epsn = qp.resp.epsn;
-            send_aeth(
-                qp,
-                epsn,
-                AethRepr::nak(NakCode::PsnSequenceError, qp.resp.msn),
-                out,
-            );
+            let nak = AethRepr::nak(NakCode::PsnSequenceError, qp.resp.msn);
+            send_ack(qp, epsn, nak, out);
         }
         return;
     }
     if distance < 0 {
-        // A duplicate of a request already executed: SENDs and WRITEs are acknowledged again,
-        // never executed twice (C9-105).
         qp.counters.duplicate_requests += 1;
-        if pkt.bth.ack_req || info.is_last() {
-            let prev = qp.resp.epsn.add(Psn::MASK);
-            send_aeth(qp, prev, AethRepr::ack(qp.resp.msn), out);
-        }
+        answer_duplicate(qp, pkt, info, env, out);
         return;
     }
     qp.resp.nak_sent = false;
+    // A new message may start only once the previous one got its LAST packet; a READ or an
+    // atomic is a whole message in one packet.
+    let starts = info.is_first()
+        || matches!(
+            info.kind,
+            OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd
+        );
+    if starts && qp.resp.in_message() {
+        nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
+        return;
+    }
     match info.kind {
-        OpKind::Send => receive_send(qp, pkt, env, out),
+        OpKind::Send => receive_send(qp, pkt, info, env, out),
+        OpKind::RdmaWrite => receive_write(qp, pkt, info, env, out),
+        OpKind::ReadRequest => execute_read(qp, pkt, env, out, false),
+        OpKind::CompareSwap | OpKind::FetchAdd => execute_atomic(qp, pkt, info, env, out),
         _ => nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out),
     }
 }
 
-fn receive_send(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: &mut Outputs) {
-    let Some(info) = pkt.bth.opcode.info() else {
-        return;
-    };
+/// A request already executed arrived again (C9-105 ff.): SENDs and WRITEs are acknowledged
+/// again, never executed twice; READs are executed again (they change nothing); atomics are
+/// answered from the replay cache.
+fn answer_duplicate(
+    qp: &mut TransportQp,
+    pkt: &RoceRepr<'_>,
+    info: &OpcodeInfo,
+    env: &Env<'_>,
+    out: &mut Outputs,
+) {
+    match info.kind {
+        OpKind::ReadRequest => execute_read(qp, pkt, env, out, true),
+        OpKind::CompareSwap | OpKind::FetchAdd => {
+            let psn = pkt.bth.psn;
+            let cached = qp.resp.atomic_replay.iter().find(|r| r.psn == psn).copied();
+            if let Some(replay) = cached {
+                send_atomic_ack(qp, psn, replay.orig, out);
+            }
+        }
+        _ if pkt.bth.ack_req || info.is_last() => {
+            let prev = qp.resp.epsn.add(Psn::MASK);
+            send_ack(qp, prev, AethRepr::ack(qp.resp.msn), out);
+        }
+        _ => {}
+    }
+}
+
+/// The NAK a refused memory access earns.
+fn nak_for(e: MemError) -> NakCode {
+    match e {
+        MemError::Misaligned | MemError::LengthExceeded => NakCode::InvalidRequest,
+        MemError::InvalidKey
+        | MemError::PdMismatch
+        | MemError::OutOfBounds
+        | MemError::AccessDenied => NakCode::RemoteAccessError,
+    }
+}
+
+/// The QP must allow `need` (its `qp_access_flags`); otherwise the request is invalid.
+fn qp_allows(qp: &TransportQp, need: AccessFlags) -> bool {
+    qp.attr.qp_access_flags.contains(need)
+}
+
+fn receive_send(
+    qp: &mut TransportQp,
+    pkt: &RoceRepr<'_>,
+    info: &OpcodeInfo,
+    env: &Env<'_>,
+    out: &mut Outputs,
+) {
     let psn = pkt.bth.psn;
     if info.is_first() {
-        if qp.resp.current.is_some() {
-            // The previous message never got its LAST packet.
-            nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
-            return;
-        }
         let Some(wqe) = qp.rq.pop() else {
-            qp.counters.rnr_naks_sent += 1;
-            let timer = qp.attr.min_rnr_timer;
-            send_aeth(qp, psn, AethRepr::rnr_nak(timer, qp.resp.msn), out);
+            send_rnr_nak(qp, psn, out);
             return;
         };
         qp.resp.current = Some(RecvInProgress { wqe, offset: 0 });
@@ -120,13 +201,8 @@ fn receive_send(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: &m
     };
     let len = pkt.payload.len() as u64;
     if current.offset + len > current.wqe.length {
-        nak_and_fail(
-            qp,
-            psn,
-            NakCode::InvalidRequest,
-            Some((current.wqe.wr_id, WcStatus::LocLenErr)),
-            out,
-        );
+        let failed = Some((current.wqe.wr_id, WcStatus::LocLenErr));
+        nak_and_fail(qp, psn, NakCode::InvalidRequest, failed, out);
         return;
     }
     if !pkt.payload.is_empty()
@@ -135,42 +211,242 @@ fn receive_send(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: &m
             .scatter(qp.pd, &current.wqe.sges, current.offset, pkt.payload)
             .is_err()
     {
-        nak_and_fail(
-            qp,
-            psn,
-            NakCode::RemoteOperationalError,
-            Some((current.wqe.wr_id, WcStatus::LocProtErr)),
-            out,
-        );
+        let failed = Some((current.wqe.wr_id, WcStatus::LocProtErr));
+        nak_and_fail(qp, psn, NakCode::RemoteOperationalError, failed, out);
         return;
     }
     current.offset += len;
     if info.is_last() {
-        let mut wc = WorkCompletion {
-            wr_id: current.wqe.wr_id,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Recv,
-            byte_len: current.offset as u32,
-            qp_num: qp.qpn,
-            src_qp: qp.attr.dest_qp_num,
-            ..WorkCompletion::default()
-        };
-        if let Some(imm) = pkt.immdt {
-            wc.imm_data = imm;
-            wc.wc_flags = WcFlags::WITH_IMM;
-        }
-        out.completions.push(Completion {
-            target: CompletionTarget::Recv,
-            wc,
-        });
-        qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
+        let (wr_id, byte_len) = (current.wqe.wr_id, current.offset as u32);
+        complete_recv(qp, wr_id, WcOpcode::Recv, byte_len, pkt.immdt, out);
     } else {
         qp.resp.current = Some(current);
     }
+    accept(qp, pkt, out);
+}
+
+fn receive_write(
+    qp: &mut TransportQp,
+    pkt: &RoceRepr<'_>,
+    info: &OpcodeInfo,
+    env: &Env<'_>,
+    out: &mut Outputs,
+) {
+    let psn = pkt.bth.psn;
+    if !qp_allows(qp, AccessFlags::REMOTE_WRITE) {
+        nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
+        return;
+    }
+    // WRITE with immediate takes a receive WQE at its last packet: without one, nothing of
+    // this packet may happen yet (RNR NAK, and the packet comes again).
+    if info.is_last() && pkt.immdt.is_some() && qp.rq.is_empty() {
+        send_rnr_nak(qp, psn, out);
+        return;
+    }
+    let mut write = if info.is_first() {
+        let Some(reth) = pkt.reth else {
+            nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
+            return;
+        };
+        let dma_len = u64::from(reth.dma_len);
+        let checked = env.mem.check_remote(
+            qp.pd,
+            reth.rkey,
+            reth.va,
+            dma_len,
+            AccessFlags::REMOTE_WRITE,
+        );
+        if let Err(e) = checked {
+            nak_and_fail(qp, psn, nak_for(e), None, out);
+            return;
+        }
+        WriteInProgress {
+            rkey: reth.rkey,
+            va: reth.va,
+            dma_len,
+            offset: 0,
+        }
+    } else {
+        match qp.resp.write.take() {
+            Some(w) => w,
+            None => {
+                nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
+                return;
+            }
+        }
+    };
+    let len = pkt.payload.len() as u64;
+    let overruns = write.offset + len > write.dma_len;
+    let short = info.is_last() && write.offset + len != write.dma_len;
+    if overruns || short {
+        nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
+        return;
+    }
+    let va = write.va.wrapping_add(write.offset);
+    if let Err(e) = env.mem.remote_write(qp.pd, write.rkey, va, pkt.payload) {
+        nak_and_fail(qp, psn, nak_for(e), None, out);
+        return;
+    }
+    write.offset += len;
+    if info.is_last() {
+        if let Some(imm) = pkt.immdt {
+            if let Some(wqe) = qp.rq.pop() {
+                let byte_len = write.dma_len as u32;
+                complete_recv(
+                    qp,
+                    wqe.wr_id,
+                    WcOpcode::RecvRdmaWithImm,
+                    byte_len,
+                    Some(imm),
+                    out,
+                );
+            }
+        } else {
+            qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
+        }
+    } else {
+        qp.resp.write = Some(write);
+    }
+    accept(qp, pkt, out);
+}
+
+/// Executes a READ request (again, for a duplicate) and sends its responses, starting at the
+/// request's PSN with the range its RETH names.
+fn execute_read(
+    qp: &mut TransportQp,
+    pkt: &RoceRepr<'_>,
+    env: &Env<'_>,
+    out: &mut Outputs,
+    duplicate: bool,
+) {
+    let psn = pkt.bth.psn;
+    let Some(reth) = pkt.reth else { return };
+    if !qp_allows(qp, AccessFlags::REMOTE_READ) {
+        if !duplicate {
+            nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
+        }
+        return;
+    }
+    let mut data = Vec::with_capacity(reth.dma_len as usize);
+    if let Err(e) = env
+        .mem
+        .remote_read(qp.pd, reth.rkey, reth.va, reth.dma_len, &mut data)
+    {
+        if !duplicate {
+            nak_and_fail(qp, psn, nak_for(e), None, out);
+        }
+        return;
+    }
+    if !duplicate {
+        qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
+    }
+    let mtu = qp.attr.path_mtu.bytes() as usize;
+    let count = data.len().div_ceil(mtu).max(1);
+    for i in 0..count {
+        let opcode = match (i == 0, i + 1 == count) {
+            (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+            (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+            (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+            (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+        };
+        let chunk = &data[(i * mtu).min(data.len())..((i + 1) * mtu).min(data.len())];
+        let mut repr = RoceRepr::new(
+            BthRepr::new(opcode, qp.attr.dest_qp_num, psn.add(i as u32)),
+            chunk,
+        );
+        let carries_aeth = opcode
+            .info()
+            .is_some_and(|i| i.headers.contains(crate::wire::HeaderSet::AETH));
+        if carries_aeth {
+            repr.aeth = Some(AethRepr::ack(qp.resp.msn));
+        }
+        emit(qp, &repr, out);
+    }
+    if !duplicate {
+        qp.resp.epsn = psn.add(count as u32);
+    }
+}
+
+fn execute_atomic(
+    qp: &mut TransportQp,
+    pkt: &RoceRepr<'_>,
+    info: &OpcodeInfo,
+    env: &Env<'_>,
+    out: &mut Outputs,
+) {
+    let psn = pkt.bth.psn;
+    let Some(a) = pkt.atomic_eth else { return };
+    if !qp_allows(qp, AccessFlags::REMOTE_ATOMIC) {
+        nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
+        return;
+    }
+    let result = if info.kind == OpKind::CompareSwap {
+        env.mem
+            .atomic_cmp_swap(qp.pd, a.rkey, a.va, a.compare, a.swap_add)
+    } else {
+        env.mem.atomic_fetch_add(qp.pd, a.rkey, a.va, a.swap_add)
+    };
+    let orig = match result {
+        Ok(v) => v,
+        Err(e) => {
+            nak_and_fail(qp, psn, nak_for(e), None, out);
+            return;
+        }
+    };
+    let depth = qp.attr.max_dest_rd_atomic.max(1) as usize;
+    while qp.resp.atomic_replay.len() >= depth {
+        qp.resp.atomic_replay.pop_front();
+    }
+    qp.resp.atomic_replay.push_back(AtomicReplay { psn, orig });
+    qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
+    qp.resp.epsn = psn.next();
+    send_atomic_ack(qp, psn, orig, out);
+}
+
+/// The request at `pkt`'s PSN was executed: move on, and acknowledge if asked to.
+fn accept(qp: &mut TransportQp, pkt: &RoceRepr<'_>, out: &mut Outputs) {
+    let psn = pkt.bth.psn;
     qp.resp.epsn = psn.next();
     if pkt.bth.ack_req && qp.qp_type == QpType::Rc {
-        send_aeth(qp, psn, AethRepr::ack(qp.resp.msn), out);
+        send_ack(qp, psn, AethRepr::ack(qp.resp.msn), out);
     }
+}
+
+/// Completes a receive WQE (a SEND, or a WRITE with immediate) and counts the message.
+fn complete_recv(
+    qp: &mut TransportQp,
+    wr_id: u64,
+    opcode: WcOpcode,
+    byte_len: u32,
+    imm: Option<u32>,
+    out: &mut Outputs,
+) {
+    let mut wc = WorkCompletion {
+        wr_id,
+        status: WcStatus::Success,
+        opcode,
+        byte_len,
+        qp_num: qp.qpn,
+        src_qp: qp.attr.dest_qp_num,
+        ..WorkCompletion::default()
+    };
+    if let Some(imm) = imm {
+        wc.imm_data = imm;
+        wc.wc_flags = WcFlags::WITH_IMM;
+    }
+    out.completions.push(Completion {
+        target: CompletionTarget::Recv,
+        wc,
+    });
+    qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
+}
+
+/// No receive WQE for a request that needs one: the requester waits `min_rnr_timer` and
+/// sends it again.
+fn send_rnr_nak(qp: &mut TransportQp, psn: Psn, out: &mut Outputs) {
+    qp.counters.rnr_naks_sent += 1;
+    let nak = AethRepr::rnr_nak(qp.attr.min_rnr_timer, qp.resp.msn);
+    send_ack(qp, psn, nak, out);
 }
 
 /// Answers `psn` with a NAK, completes the receive WQE in progress (if any) with the given
@@ -183,7 +459,7 @@ fn nak_and_fail(
     out: &mut Outputs,
 ) {
     if qp.qp_type == QpType::Rc {
-        send_aeth(qp, psn, AethRepr::nak(code, qp.resp.msn), out);
+        send_ack(qp, psn, AethRepr::nak(code, qp.resp.msn), out);
     }
     if let Some((wr_id, status)) = failed_recv {
         out.completions.push(Completion {
@@ -202,14 +478,29 @@ fn nak_and_fail(
 }
 
 /// Sends an ACKNOWLEDGE packet carrying `aeth` for `psn`.
-fn send_aeth(qp: &mut TransportQp, psn: Psn, aeth: AethRepr, out: &mut Outputs) {
-    let Some(path) = qp.path else { return };
+fn send_ack(qp: &mut TransportQp, psn: Psn, aeth: AethRepr, out: &mut Outputs) {
     let mut repr = RoceRepr::new(
         BthRepr::new(Opcode::RC_ACKNOWLEDGE, qp.attr.dest_qp_num, psn),
         &[],
     );
     repr.aeth = Some(aeth);
-    if let Some(packet) = OutPacket::build(&path, &repr) {
+    emit(qp, &repr, out);
+}
+
+/// Sends an ATOMIC ACKNOWLEDGE carrying the original value.
+fn send_atomic_ack(qp: &mut TransportQp, psn: Psn, orig: u64, out: &mut Outputs) {
+    let mut repr = RoceRepr::new(
+        BthRepr::new(Opcode::RC_ATOMIC_ACKNOWLEDGE, qp.attr.dest_qp_num, psn),
+        &[],
+    );
+    repr.aeth = Some(AethRepr::ack(qp.resp.msn));
+    repr.atomic_ack_eth = Some(AtomicAckEthRepr { orig });
+    emit(qp, &repr, out);
+}
+
+fn emit(qp: &mut TransportQp, repr: &RoceRepr<'_>, out: &mut Outputs) {
+    let Some(path) = qp.path else { return };
+    if let Some(packet) = OutPacket::build(&path, repr) {
         qp.counters.sent_responses += 1;
         out.packets.push(packet);
     }

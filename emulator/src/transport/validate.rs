@@ -24,7 +24,16 @@ pub fn opcode_allowed(qp_type: QpType, opcode: WrOpcode) -> bool {
 /// Opcodes the emulator executes today; the rest of the table is refused with EOPNOTSUPP
 /// rather than accepted and mishandled.
 pub fn opcode_implemented(opcode: WrOpcode) -> bool {
-    matches!(opcode, WrOpcode::Send | WrOpcode::SendWithImm)
+    matches!(
+        opcode,
+        WrOpcode::Send
+            | WrOpcode::SendWithImm
+            | WrOpcode::RdmaWrite
+            | WrOpcode::RdmaWriteWithImm
+            | WrOpcode::RdmaRead
+            | WrOpcode::AtomicCmpAndSwp
+            | WrOpcode::AtomicFetchAndAdd
+    )
 }
 
 /// Checks one send WR against the QP; `Ok` means it may be queued.
@@ -73,6 +82,21 @@ pub fn check_send_wr(qp_type: QpType, state: QpState, cap: &QpCap, wr: &SendWr) 
             "{length} bytes of inline data exceed max_inline_data {}",
             cap.max_inline_data
         )));
+    }
+    let is_atomic = matches!(
+        wr.opcode,
+        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+    );
+    if is_atomic && (length != 8 || inline) {
+        return Err(VerbsError::inval(format!(
+            "an atomic WR needs an 8-byte local buffer for the original value (got {length} bytes{})",
+            if inline { ", inline" } else { "" }
+        )));
+    }
+    if inline && wr.opcode == WrOpcode::RdmaRead {
+        return Err(VerbsError::inval(
+            "IBV_SEND_INLINE is not valid for RDMA READ",
+        ));
     }
     if length > MAX_MESSAGE_BYTES {
         return Err(VerbsError::inval(format!(

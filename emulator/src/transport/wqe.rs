@@ -29,16 +29,35 @@ pub struct SendWqe {
     pub length: u64,
     /// PSN of the first packet, once segmentation has started.
     pub first_psn: Psn,
-    /// Number of packets of the message (known once the path MTU is known at first send).
+    /// Request packets of the message (known once the path MTU is known at first send).
     pub packet_count: u32,
+    /// PSNs the WR uses: its request packets, or for a READ its response packets.
+    pub psn_count: u32,
+    /// Response packets of a READ received so far (in PSN order).
+    pub resp_packets: u32,
+    /// Swap operand (CMP_AND_SWP) or addend (FETCH_AND_ADD).
+    pub swap_add: u64,
+    /// Compare operand (CMP_AND_SWP).
+    pub compare: u64,
+    /// IBV_SEND_FENCE: starts only once every earlier READ / atomic has completed.
+    pub fenced: bool,
     /// Set when the completer has seen the whole message acknowledged (or failed).
     pub status: Option<WcStatus>,
 }
 
 impl SendWqe {
-    /// PSN of the last packet (valid once `packet_count` is set).
+    /// PSN of the last packet or response (valid once `psn_count` is set).
     pub fn last_psn(&self) -> Psn {
-        self.first_psn.add(self.packet_count.saturating_sub(1))
+        self.first_psn.add(self.psn_count.saturating_sub(1))
+    }
+
+    /// True for the WRs answered by response data rather than an ACK (READ and atomics);
+    /// they count against `max_rd_atomic`.
+    pub fn expects_response(&self) -> bool {
+        matches!(
+            self.opcode,
+            WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+        )
     }
 }
 
