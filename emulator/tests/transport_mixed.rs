@@ -7,7 +7,7 @@
 //!
 //! `SOFTVERBS_SIM_SEEDS=N` runs N seeds (default 256); a failure names its seed.
 
-use softverbs_api::wr::RemoteAddr;
+use softverbs_api::wr::{FlushParams, RemoteAddr};
 use softverbs_api::{
     AccessFlags, Mtu, QpAttr, RecvWr, SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
@@ -46,7 +46,8 @@ struct Regions {
 
 fn regions(p: &mut SimPair, side: Side) -> Regions {
     let lw = AccessFlags::LOCAL_WRITE;
-    let remote = lw | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let remote =
+        lw | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::FLUSH_GLOBAL;
     let (la, ll, _) = p.register(side, SLOT * OPS, lw);
     let (ea, el, er) = p.register(side, SLOT * OPS, remote);
     let (ra, rl, _) = p.register(side, SLOT * OPS, lw);
@@ -68,6 +69,8 @@ enum Expect {
     LocalBytes { addr: u64, data: Vec<u8> },
     /// An atomic's returned original value at our address.
     Original { addr: u64, value: u64 },
+    /// Only a successful completion (FLUSH).
+    Nothing,
 }
 
 struct Planned {
@@ -99,7 +102,7 @@ fn plan(
             length: len as u32,
             lkey: me.local.1,
         };
-        let op = rng.below(7);
+        let op = rng.below(9);
         let mut wr = SendWr::send(m as u64, vec![local_sge]);
         let imm = rng.next_u64() as u32;
         let planned = match op {
@@ -151,6 +154,56 @@ fn plan(
                         addr: me.local.0 + slot,
                         data,
                     },
+                    recv: None,
+                }
+            }
+            7 => {
+                // ATOMIC WRITE: 8 bytes from our slot to the peer's exposed slot.
+                let value: Vec<u8> = data
+                    .iter()
+                    .copied()
+                    .chain(std::iter::repeat(0x5a))
+                    .take(8)
+                    .collect();
+                wr.opcode = WrOpcode::AtomicWrite;
+                wr.sg_list = vec![Sge {
+                    addr: me.local.0 + slot,
+                    length: 8,
+                    lkey: me.local.1,
+                }];
+                wr.remote = RemoteAddr {
+                    remote_addr: peer.exposed.0 + slot,
+                    rkey: peer.exposed.2,
+                };
+                Planned {
+                    wr,
+                    expect: Expect::PeerBytes {
+                        addr: peer.exposed.0 + slot,
+                        data: value,
+                    },
+                    recv: None,
+                }
+            }
+            8 => {
+                // FLUSH of (part of) the peer's exposed slot: completes, changes nothing.
+                wr.opcode = WrOpcode::Flush;
+                wr.sg_list = Vec::new();
+                wr.remote = RemoteAddr {
+                    remote_addr: peer.exposed.0 + slot,
+                    rkey: peer.exposed.2,
+                };
+                wr.flush = FlushParams {
+                    length: len as u32,
+                    placement_type: FlushParams::GLOBAL,
+                    selectivity_level: if rng.chance(500) {
+                        FlushParams::WHOLE_REGION
+                    } else {
+                        FlushParams::RANGE
+                    },
+                };
+                Planned {
+                    wr,
+                    expect: Expect::Nothing,
                     recv: None,
                 }
             }
@@ -292,7 +345,10 @@ fn run_mixed(seed: u64, faults: FaultConfig) -> Result<SimPair, String> {
         for (m, pl) in planned.iter().enumerate() {
             let wc = sends[m];
             let want_len = match pl.wr.opcode {
-                WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 8,
+                WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicWrite => {
+                    8
+                }
+                WrOpcode::Flush => pl.wr.flush.length,
                 _ => pl.wr.total_length() as u32,
             };
             if wc.wr_id != m as u64 || wc.status != WcStatus::Success || wc.byte_len != want_len {
@@ -322,6 +378,7 @@ fn run_mixed(seed: u64, faults: FaultConfig) -> Result<SimPair, String> {
                         return Err(format!("seed {seed}: {side:?} READ {m}: bytes differ"));
                     }
                 }
+                Expect::Nothing => {}
                 Expect::Original { addr, value } => {
                     let got = u64::from_ne_bytes(p.read(*side, *addr, 8).try_into().unwrap());
                     if got != *value {

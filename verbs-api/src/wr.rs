@@ -102,6 +102,40 @@ pub struct SendWr {
     pub swap: u64,
     /// Destination for UD QPs: (address handle id, remote QPN, remote Q_Key).
     pub ud: Option<UdDest>,
+    /// What a FLUSH covers (`ibv_wr_flush`'s len, type and level).
+    pub flush: FlushParams,
+}
+
+/// The parameters of a FLUSH WR (IBTA 1.5; `ibv_wr_flush(qp, rkey, addr, len, type, level)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlushParams {
+    /// Bytes from `remote.remote_addr` (ignored for selectivity level 1: the whole region).
+    pub length: u32,
+    /// Placement type: [`FlushParams::GLOBAL`] (visibility) or [`FlushParams::PERSISTENT`].
+    pub placement_type: u8,
+    /// Selectivity level: [`FlushParams::RANGE`] or [`FlushParams::WHOLE_REGION`].
+    pub selectivity_level: u8,
+}
+
+impl FlushParams {
+    /// IB_FLUSH_GLOBAL: make the data globally visible.
+    pub const GLOBAL: u8 = 1;
+    /// IB_FLUSH_PERSISTENT: make the data persistent.
+    pub const PERSISTENT: u8 = 2;
+    /// IB_FLUSH_RANGE: the range `[remote_addr, remote_addr + length)`.
+    pub const RANGE: u8 = 0;
+    /// IB_FLUSH_MR: the whole memory region of the rkey.
+    pub const WHOLE_REGION: u8 = 1;
+}
+
+impl Default for FlushParams {
+    fn default() -> Self {
+        FlushParams {
+            length: 0,
+            placement_type: FlushParams::GLOBAL,
+            selectivity_level: FlushParams::RANGE,
+        }
+    }
 }
 
 /// Destination of a UD send.
@@ -129,6 +163,7 @@ impl SendWr {
             compare_add: 0,
             swap: 0,
             ud: None,
+            flush: FlushParams::default(),
         }
     }
 

@@ -377,6 +377,59 @@ impl MrTable {
         self.with_atomic(pd, rkey, va, |word| word.fetch_add(add, Ordering::SeqCst))
     }
 
+    /// A peer's ATOMIC WRITE: the 8 bytes `value` stored at the 8-aligned `va` in one atomic
+    /// store. Needs REMOTE_WRITE (as rxe; not REMOTE_ATOMIC). The bytes land as sent.
+    pub fn atomic_write(
+        &self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        value: [u8; 8],
+    ) -> Result<(), MemError> {
+        let inner = self.inner.read();
+        let span = inner.span(pd, rkey, true, AccessFlags::REMOTE_WRITE, va, 8)?;
+        if va & 7 != 0 {
+            return Err(MemError::Misaligned);
+        }
+        span.as_atomic_u64()?
+            .store(u64::from_ne_bytes(value), Ordering::Release);
+        Ok(())
+    }
+
+    /// A peer's FLUSH of `[va, va + len)` (or of the whole region when `whole_region`, the
+    /// FETH's selectivity level 1): needs FLUSH_PERSISTENT for placement type 2, else
+    /// FLUSH_GLOBAL. Host memory is made globally visible with a full fence; there is no
+    /// persistent memory here, so a persistence FLUSH succeeds only on a region registered
+    /// with FLUSH_PERSISTENT, which `register` accepts as the same host memory.
+    pub fn flush(
+        &self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        persistent: bool,
+        whole_region: bool,
+    ) -> Result<(), MemError> {
+        let need = if persistent {
+            AccessFlags::FLUSH_PERSISTENT
+        } else {
+            AccessFlags::FLUSH_GLOBAL
+        };
+        let inner = self.inner.read();
+        let region = inner.region_by(rkey, true)?;
+        if region.pd != pd {
+            return Err(MemError::PdMismatch);
+        }
+        if !region.access.contains(need) {
+            return Err(MemError::AccessDenied);
+        }
+        if !whole_region && len > 0 {
+            region.span(va, len)?;
+        }
+        std::sync::atomic::fence(Ordering::SeqCst);
+        Ok(())
+    }
+
     /// Invalidation of `key` (SEND_WITH_INV, LOCAL_INV): always `InvalidKey` here. rxe only
     /// invalidates fast-registration MRs (`IB_MR_TYPE_MEM_REG`, made by `ibv_alloc_mr` + a
     /// REG_MR work request) and memory windows; every region in this table comes from

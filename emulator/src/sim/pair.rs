@@ -172,7 +172,8 @@ impl SimPair {
             max_dest_rd_atomic: attrs.max_dest_rd_atomic,
             qp_access_flags: AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
-                | AccessFlags::REMOTE_ATOMIC,
+                | AccessFlags::REMOTE_ATOMIC
+                | AccessFlags::FLUSH_GLOBAL,
             ah_attr: AhAttr {
                 dgid: Gid::from_ip(peer_ip),
                 port_num: 1,

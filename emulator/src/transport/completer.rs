@@ -99,6 +99,15 @@ fn on_read_response(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out
     let mtu = qp.attr.path_mtu.bytes() as u64;
     let pd = qp.pd;
     let Some(wqe) = qp.sq.get_mut(0) else { return };
+    // ATOMIC WRITE and FLUSH are answered by one empty READ RESPONSE ONLY.
+    if matches!(wqe.opcode, WrOpcode::AtomicWrite | WrOpcode::Flush) {
+        if wqe.first_psn == psn && wqe.packet_count > 0 && pkt.payload.is_empty() {
+            complete_front(qp, WcStatus::Success, psn, env, out);
+        } else {
+            qp.counters.dropped_packets += 1;
+        }
+        return;
+    }
     let into = psn.diff(wqe.first_psn);
     if wqe.opcode != WrOpcode::RdmaRead || into < 0 || into as u32 >= wqe.psn_count {
         qp.counters.dropped_packets += 1;
@@ -249,10 +258,7 @@ fn retire_front(qp: &mut TransportQp, status: WcStatus, out: &mut Outputs) {
     let Some(wqe) = qp.sq.pop() else { return };
     qp.req.wqe_index = qp.req.wqe_index.saturating_sub(1);
     if wqe.signaled || status != WcStatus::Success {
-        let byte_len = match wqe.opcode {
-            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 8,
-            _ => wqe.length as u32,
-        };
+        let byte_len = wqe.completion_bytes();
         out.completions.push(Completion {
             target: CompletionTarget::Send,
             wc: WorkCompletion {

@@ -220,6 +220,7 @@ impl TransportQp {
             softverbs_api::WrOpcode::RdmaRead
                 | softverbs_api::WrOpcode::AtomicCmpAndSwp
                 | softverbs_api::WrOpcode::AtomicFetchAndAdd
+                | softverbs_api::WrOpcode::AtomicWrite
         );
         if is_rd_atomic && self.attr.max_rd_atomic == 0 && self.state() != QpState::Err {
             // It could never be issued: refuse it rather than let it wait forever.
@@ -271,6 +272,7 @@ impl TransportQp {
             },
             compare: wr.compare_add,
             fenced: wr.send_flags.contains(SendFlags::FENCE),
+            flush: wr.flush,
             status: None,
         };
         self.sq

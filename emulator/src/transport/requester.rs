@@ -8,7 +8,7 @@ use super::output::{Env, OutPacket, Outputs};
 use super::qp::TransportQp;
 use super::syndrome::ack_timeout_ns;
 use super::wqe::SendWqe;
-use crate::wire::{AtomicEthRepr, BthRepr, Opcode, Position, Psn, RethRepr, RoceRepr};
+use crate::wire::{AtomicEthRepr, BthRepr, FethRepr, Opcode, Position, Psn, RethRepr, RoceRepr};
 
 /// Most PSNs in flight without an ACK (rxe's RXE_MAX_UNACKED_PSNS).
 pub const MAX_UNACKED_PSNS: i32 = 128;
@@ -58,11 +58,11 @@ fn blocked(qp: &TransportQp, index: usize, wqe: &SendWqe) -> bool {
         return false;
     }
     let earlier = (0..index).filter_map(|i| qp.sq.get(i));
-    let outstanding_rd_atomic = earlier.filter(|w| w.expects_response()).count();
+    let outstanding_rd_atomic = earlier.filter(|w| w.uses_rd_atomic_credit()).count();
     if wqe.fenced && outstanding_rd_atomic > 0 {
         return true;
     }
-    wqe.expects_response() && outstanding_rd_atomic >= qp.attr.max_rd_atomic.max(1) as usize
+    wqe.uses_rd_atomic_credit() && outstanding_rd_atomic >= qp.attr.max_rd_atomic.max(1) as usize
 }
 
 /// Sends as many request packets as the window, `max_rd_atomic` and fences allow. Call
@@ -136,6 +136,7 @@ fn start_wqe(qp: &mut TransportQp, index: usize, env: &Env<'_>, mtu: u64) -> boo
             .mem
             .check_sges(pd, &wqe.sges, AccessFlags::LOCAL_WRITE)
             .is_ok(),
+        WrOpcode::Flush => true,
         _ if wqe.data.is_none() => {
             let mut data = Vec::with_capacity(wqe.length as usize);
             let ok = env.mem.gather(pd, &wqe.sges, &mut data).is_ok();
@@ -152,7 +153,10 @@ fn start_wqe(qp: &mut TransportQp, index: usize, env: &Env<'_>, mtu: u64) -> boo
     wqe.first_psn = next_psn;
     (wqe.packet_count, wqe.psn_count) = match wqe.opcode {
         WrOpcode::RdmaRead => (1, segments),
-        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => (1, 1),
+        WrOpcode::AtomicCmpAndSwp
+        | WrOpcode::AtomicFetchAndAdd
+        | WrOpcode::AtomicWrite
+        | WrOpcode::Flush => (1, 1),
         _ => (segments, segments),
     };
     wqe.resp_packets = 0;
@@ -186,7 +190,10 @@ fn build_packet(
             || qp.req.packets_since_ack_req + 1 >= MAX_PACKETS_PER_ACK);
     let offset = packet_index as u64 * mtu;
     let payload: &[u8] = match wqe.opcode {
-        WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => &[],
+        WrOpcode::RdmaRead
+        | WrOpcode::AtomicCmpAndSwp
+        | WrOpcode::AtomicFetchAndAdd
+        | WrOpcode::Flush => &[],
         _ => {
             let data = wqe.data.as_deref().unwrap_or(&[]);
             let len = (wqe.length - offset.min(wqe.length)).min(mtu) as usize;
@@ -209,11 +216,22 @@ fn build_packet(
         } else {
             0
         };
+        let dma_len = if wqe.opcode == WrOpcode::Flush {
+            wqe.flush.length
+        } else {
+            (wqe.length - done) as u32
+        };
         repr.reth = Some(RethRepr {
             va: wqe.remote.remote_addr.wrapping_add(done),
             rkey: wqe.remote.rkey,
-            dma_len: (wqe.length - done) as u32,
+            dma_len,
         });
+    }
+    if info.headers.contains(crate::wire::HeaderSet::FETH) {
+        repr.feth = Some(FethRepr::new(
+            wqe.flush.placement_type,
+            wqe.flush.selectivity_level,
+        ));
     }
     if info.headers.contains(crate::wire::HeaderSet::ATOMIC_ETH) {
         repr.atomic_eth = Some(AtomicEthRepr {
@@ -256,13 +274,20 @@ pub fn request_opcode(qp_type: QpType, op: WrOpcode, position: Position) -> Opti
         (RdmaRead, Only) => Opcode::RC_RDMA_READ_REQUEST,
         (AtomicCmpAndSwp, Only) => Opcode::RC_COMPARE_SWAP,
         (AtomicFetchAndAdd, Only) => Opcode::RC_FETCH_ADD,
+        (AtomicWrite, Only) => Opcode::RC_ATOMIC_WRITE,
+        (Flush, Only) => Opcode::RC_FLUSH,
         _ => return None,
     };
     match qp_type {
         QpType::Rc => Some(rc),
         // UC opcodes are the RC ones with transport bits 001 (0x20 + the same low bits);
         // UC has no READ or atomics.
-        QpType::Uc if !matches!(op, RdmaRead | AtomicCmpAndSwp | AtomicFetchAndAdd) => {
+        QpType::Uc
+            if !matches!(
+                op,
+                RdmaRead | AtomicCmpAndSwp | AtomicFetchAndAdd | AtomicWrite | Flush
+            ) =>
+        {
             Some(Opcode(0x20 | rc.0))
         }
         QpType::Uc => None,

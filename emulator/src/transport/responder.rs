@@ -11,8 +11,8 @@ use super::qp::TransportQp;
 use super::wqe::RecvWqe;
 use crate::memory::MemError;
 use crate::wire::{
-    AethRepr, AtomicAckEthRepr, BthRepr, NakCode, OpKind, Opcode, OpcodeInfo, Psn, RoceRepr,
-    Transport,
+    AethRepr, AtomicAckEthRepr, BthRepr, FethRepr, NakCode, OpKind, Opcode, OpcodeInfo, Psn,
+    RoceRepr, Transport,
 };
 
 /// A SEND being received, between its FIRST and LAST packets.
@@ -121,7 +121,11 @@ pub fn on_request(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: 
     let starts = info.is_first()
         || matches!(
             info.kind,
-            OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd
+            OpKind::ReadRequest
+                | OpKind::CompareSwap
+                | OpKind::FetchAdd
+                | OpKind::AtomicWrite
+                | OpKind::Flush
         );
     if starts && qp.resp.in_message() {
         nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
@@ -132,6 +136,7 @@ pub fn on_request(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: 
         OpKind::RdmaWrite => receive_write(qp, pkt, info, env, out),
         OpKind::ReadRequest => execute_read(qp, pkt, env, out, false),
         OpKind::CompareSwap | OpKind::FetchAdd => execute_atomic(qp, pkt, info, env, out),
+        OpKind::AtomicWrite | OpKind::Flush => execute_write_or_flush(qp, pkt, info, env, out),
         _ => nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out),
     }
 }
@@ -155,6 +160,8 @@ fn answer_duplicate(
                 send_atomic_ack(qp, psn, replay.orig, out);
             }
         }
+        // Nothing to remember: the answer is always the same empty response.
+        OpKind::AtomicWrite | OpKind::Flush => send_empty_read_response(qp, pkt.bth.psn, out),
         _ if pkt.bth.ack_req || info.is_last() => {
             let prev = qp.resp.epsn.add(Psn::MASK);
             send_ack(qp, prev, AethRepr::ack(qp.resp.msn), out);
@@ -401,6 +408,67 @@ fn execute_atomic(
     qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
     qp.resp.epsn = psn.next();
     send_atomic_ack(qp, psn, orig, out);
+}
+
+/// ATOMIC WRITE (8 bytes in one store; QP and MR need REMOTE_WRITE) or FLUSH (QP and MR need
+/// the FLUSH access of its placement type), answered like rxe with an empty READ RESPONSE
+/// ONLY.
+fn execute_write_or_flush(
+    qp: &mut TransportQp,
+    pkt: &RoceRepr<'_>,
+    info: &OpcodeInfo,
+    env: &Env<'_>,
+    out: &mut Outputs,
+) {
+    let psn = pkt.bth.psn;
+    let Some(reth) = pkt.reth else { return };
+    let result = if info.kind == OpKind::AtomicWrite {
+        if !qp_allows(qp, AccessFlags::REMOTE_WRITE) {
+            nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
+            return;
+        }
+        let Ok(value) = <[u8; 8]>::try_from(pkt.payload) else {
+            nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
+            return;
+        };
+        env.mem.atomic_write(qp.pd, reth.rkey, reth.va, value)
+    } else {
+        let Some(feth) = pkt.feth else { return };
+        let persistent = feth.placement_type() == FethRepr::PLACEMENT_PERSISTENCE;
+        let need = if persistent {
+            AccessFlags::FLUSH_PERSISTENT
+        } else {
+            AccessFlags::FLUSH_GLOBAL
+        };
+        let known_level = feth.selectivity_level() <= FethRepr::SELECTIVITY_MEMORY_REGION;
+        let known_type = matches!(
+            feth.placement_type(),
+            FethRepr::PLACEMENT_GLOBAL_VISIBILITY | FethRepr::PLACEMENT_PERSISTENCE
+        );
+        if !qp_allows(qp, need) || !known_level || !known_type {
+            nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
+            return;
+        }
+        let whole = feth.selectivity_level() == FethRepr::SELECTIVITY_MEMORY_REGION;
+        let len = u64::from(reth.dma_len);
+        env.mem
+            .flush(qp.pd, reth.rkey, reth.va, len, persistent, whole)
+    };
+    if let Err(e) = result {
+        nak_and_fail(qp, psn, nak_for(e), None, out);
+        return;
+    }
+    qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
+    qp.resp.epsn = psn.next();
+    send_empty_read_response(qp, psn, out);
+}
+
+/// The answer to ATOMIC WRITE and FLUSH: a READ RESPONSE ONLY without payload.
+fn send_empty_read_response(qp: &mut TransportQp, psn: Psn, out: &mut Outputs) {
+    let opcode = Opcode::RC_RDMA_READ_RESPONSE_ONLY;
+    let mut repr = RoceRepr::new(BthRepr::new(opcode, qp.attr.dest_qp_num, psn), &[]);
+    repr.aeth = Some(AethRepr::ack(qp.resp.msn));
+    emit(qp, &repr, out);
 }
 
 /// The request at `pkt`'s PSN was executed: move on, and acknowledge if asked to.

@@ -1,6 +1,7 @@
 //! Post-time checks of ibv_post_send(3) / ibv_post_recv(3): what is rejected with an errno
 //! (and reported as the failing WR) before anything is queued.
 
+use softverbs_api::wr::FlushParams;
 use softverbs_api::{
     QpCap, QpState, QpType, RecvWr, SendFlags, SendWr, VerbsError, VerbsResult, WrOpcode,
 };
@@ -33,6 +34,8 @@ pub fn opcode_implemented(opcode: WrOpcode) -> bool {
             | WrOpcode::RdmaRead
             | WrOpcode::AtomicCmpAndSwp
             | WrOpcode::AtomicFetchAndAdd
+            | WrOpcode::AtomicWrite
+            | WrOpcode::Flush
     )
 }
 
@@ -92,6 +95,28 @@ pub fn check_send_wr(qp_type: QpType, state: QpState, cap: &QpCap, wr: &SendWr) 
             "an atomic WR needs an 8-byte local buffer for the original value (got {length} bytes{})",
             if inline { ", inline" } else { "" }
         )));
+    }
+    if wr.opcode == WrOpcode::AtomicWrite && length != 8 {
+        return Err(VerbsError::inval(format!(
+            "an ATOMIC WRITE carries exactly 8 bytes (its gather list has {length})"
+        )));
+    }
+    if wr.opcode == WrOpcode::Flush {
+        let f = wr.flush;
+        let placement_ok = matches!(
+            f.placement_type,
+            FlushParams::GLOBAL | FlushParams::PERSISTENT
+        );
+        let level_ok = matches!(
+            f.selectivity_level,
+            FlushParams::RANGE | FlushParams::WHOLE_REGION
+        );
+        if !placement_ok || !level_ok {
+            return Err(VerbsError::inval(format!(
+                "FLUSH placement type {} / selectivity level {} are not defined",
+                f.placement_type, f.selectivity_level
+            )));
+        }
     }
     if inline && wr.opcode == WrOpcode::RdmaRead {
         return Err(VerbsError::inval(

@@ -41,6 +41,8 @@ pub struct SendWqe {
     pub compare: u64,
     /// IBV_SEND_FENCE: starts only once every earlier READ / atomic has completed.
     pub fenced: bool,
+    /// Range, placement type and selectivity of a FLUSH.
+    pub flush: softverbs_api::wr::FlushParams,
     /// Set when the completer has seen the whole message acknowledged (or failed).
     pub status: Option<WcStatus>,
 }
@@ -51,13 +53,32 @@ impl SendWqe {
         self.first_psn.add(self.psn_count.saturating_sub(1))
     }
 
-    /// True for the WRs answered by response data rather than an ACK (READ and atomics);
-    /// they count against `max_rd_atomic`.
+    /// True for the WRs answered by a response packet rather than an ACK: READ, the atomics,
+    /// ATOMIC WRITE and FLUSH (the last two by an empty READ RESPONSE ONLY, as rxe does).
     pub fn expects_response(&self) -> bool {
         matches!(
             self.opcode,
-            WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+            WrOpcode::RdmaRead
+                | WrOpcode::AtomicCmpAndSwp
+                | WrOpcode::AtomicFetchAndAdd
+                | WrOpcode::AtomicWrite
+                | WrOpcode::Flush
         )
+    }
+
+    /// True for the WRs limited by `max_rd_atomic` and waited for by FENCE: READ and the
+    /// atomics, ATOMIC WRITE included (FLUSH is not, as in rxe).
+    pub fn uses_rd_atomic_credit(&self) -> bool {
+        self.expects_response() && self.opcode != WrOpcode::Flush
+    }
+
+    /// Bytes the completion reports.
+    pub fn completion_bytes(&self) -> u32 {
+        match self.opcode {
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicWrite => 8,
+            WrOpcode::Flush => self.flush.length,
+            _ => self.length as u32,
+        }
     }
 }
 
