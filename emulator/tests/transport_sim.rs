@@ -658,3 +658,120 @@ fn a_duplicated_sequence_nak_costs_one_retry_and_one_rewind() {
     );
     assert!(out.completions.is_empty());
 }
+
+#[test]
+fn send_with_invalidate_carries_the_rkey_and_a_plain_mr_cannot_be_invalidated() {
+    use softverbs_api::WrOpcode;
+    let mut p = SimPair::new_rc(2, FaultConfig::none(), Mtu::Mtu1024, &attrs(7, 7));
+    let (src, lkey, _) = p.register(Side::A, 2000, AccessFlags::LOCAL_WRITE);
+    let (dst, rlkey, rkey) = p.register(
+        Side::B,
+        2000,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+    );
+    let recv = RecvWr {
+        wr_id: 5,
+        sg_list: vec![Sge {
+            addr: dst,
+            length: 2000,
+            lkey: rlkey,
+        }],
+    };
+    p.post_recv(Side::B, &[recv]).unwrap();
+    let wr = SendWr {
+        opcode: WrOpcode::SendWithInv,
+        invalidate_rkey: rkey,
+        ..SendWr::send(
+            1,
+            vec![Sge {
+                addr: src,
+                length: 2000,
+                lkey,
+            }],
+        )
+    };
+    p.post_send(Side::A, &[wr, SendWr::send(2, vec![])])
+        .unwrap();
+    p.run(10_000);
+    let a = sent_by(&p, Side::A);
+    let last = RoceRepr::parse(&a[1]).unwrap().0;
+    assert_eq!(last.bth.opcode, Opcode::RC_SEND_LAST_WITH_INVALIDATE);
+    assert_eq!(last.ieth, Some(rkey));
+    // Regions from ibv_reg_mr cannot be invalidated (only MWs and fast-reg MRs can):
+    // the responder refuses the request and both sides fail.
+    let b_wc: Vec<_> =
+        p.b.completions
+            .iter()
+            .map(|c| (c.wc.wr_id, c.wc.status))
+            .collect();
+    assert_eq!(b_wc, [(5, WcStatus::RemInvReqErr)]);
+    let a_wc: Vec<_> =
+        p.a.completions
+            .iter()
+            .map(|c| (c.wc.wr_id, c.wc.status))
+            .collect();
+    assert_eq!(
+        a_wc,
+        [(1, WcStatus::RemInvReqErr), (2, WcStatus::WrFlushErr)]
+    );
+}
+
+#[test]
+fn local_invalidate_waits_for_earlier_work_and_fails_on_a_plain_mr() {
+    use softverbs_api::WrOpcode;
+    let mut p = SimPair::new_rc(2, FaultConfig::none(), Mtu::Mtu1024, &attrs(7, 7));
+    let (src, lkey, rkey) = p.register(
+        Side::A,
+        64,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+    );
+    let (dst, rlkey, _) = p.register(Side::B, 64, AccessFlags::LOCAL_WRITE);
+    p.post_recv(
+        Side::B,
+        &[RecvWr {
+            wr_id: 1,
+            sg_list: vec![Sge {
+                addr: dst,
+                length: 64,
+                lkey: rlkey,
+            }],
+        }],
+    )
+    .unwrap();
+    let inv = SendWr {
+        opcode: WrOpcode::LocalInv,
+        invalidate_rkey: rkey,
+        ..SendWr::send(2, vec![])
+    };
+    p.post_send(
+        Side::A,
+        &[
+            SendWr::send(
+                1,
+                vec![Sge {
+                    addr: src,
+                    length: 64,
+                    lkey,
+                }],
+            ),
+            inv,
+        ],
+    )
+    .unwrap();
+    // Nothing completes before the SEND is acknowledged.
+    assert!(p.a.completions.is_empty());
+    p.run(10_000);
+    let wcs: Vec<_> =
+        p.a.completions
+            .iter()
+            .map(|c| (c.wc.wr_id, c.wc.status, c.wc.opcode))
+            .collect();
+    assert_eq!(
+        wcs,
+        [
+            (1, WcStatus::Success, WcOpcode::Send),
+            (2, WcStatus::LocQpOpErr, WcOpcode::LocalInv)
+        ]
+    );
+    assert_eq!(p.a.qp.state(), softverbs_api::QpState::Err);
+}

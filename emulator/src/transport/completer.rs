@@ -326,6 +326,16 @@ fn rewind(qp: &mut TransportQp, psn: Psn) {
     }
 }
 
+/// The oldest WQE was local work (LOCAL_INV) that finished with `status`: complete it; a
+/// failure moves the QP to ERR.
+pub fn complete_local(qp: &mut TransportQp, status: WcStatus, out: &mut Outputs) {
+    if status == WcStatus::Success {
+        retire_front(qp, status, out);
+    } else {
+        fail_front(qp, Some(status), out);
+    }
+}
+
 /// Completes the oldest WQE with `status` (or the status it failed with locally), then moves
 /// the QP to ERR, which flushes the rest.
 pub fn fail_front(qp: &mut TransportQp, status: Option<WcStatus>, out: &mut Outputs) {

@@ -253,6 +253,7 @@ impl TransportQp {
             signaled: self.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED),
             solicited: wr.send_flags.contains(SendFlags::SOLICITED),
             imm_data: wr.imm_data,
+            invalidate_rkey: wr.invalidate_rkey,
             remote: wr.remote,
             sges: if inline {
                 Vec::new()

@@ -83,6 +83,20 @@ pub fn run(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
             }
             break;
         }
+        if wqe.opcode == WrOpcode::LocalInv {
+            // Local work, always fenced (as in rxe): it runs once everything before it has
+            // completed, and sends nothing.
+            if index == 0 {
+                let key = wqe.invalidate_rkey;
+                let status = match env.mem.invalidate(key) {
+                    Ok(()) => WcStatus::Success,
+                    Err(_) => WcStatus::LocQpOpErr,
+                };
+                completer::complete_local(qp, status, out);
+                continue;
+            }
+            break;
+        }
         if blocked(qp, index, wqe) {
             break;
         }
@@ -244,6 +258,9 @@ fn build_packet(
     if info.headers.contains(crate::wire::HeaderSet::IMMDT) {
         repr.immdt = Some(wqe.imm_data);
     }
+    if info.headers.contains(crate::wire::HeaderSet::IETH) {
+        repr.ieth = Some(wqe.invalidate_rkey);
+    }
     // A READ request stands for all its (remaining) response PSNs; everything else uses one
     // per packet.
     let psns_used = if wqe.expects_response() {
@@ -259,8 +276,10 @@ pub fn request_opcode(qp_type: QpType, op: WrOpcode, position: Position) -> Opti
     use Position::*;
     use WrOpcode::*;
     let rc = match (op, position) {
-        (Send | SendWithImm, First) => Opcode::RC_SEND_FIRST,
-        (Send | SendWithImm, Middle) => Opcode::RC_SEND_MIDDLE,
+        (Send | SendWithImm | SendWithInv, First) => Opcode::RC_SEND_FIRST,
+        (Send | SendWithImm | SendWithInv, Middle) => Opcode::RC_SEND_MIDDLE,
+        (SendWithInv, Last) => Opcode::RC_SEND_LAST_WITH_INVALIDATE,
+        (SendWithInv, Only) => Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
         (Send, Last) => Opcode::RC_SEND_LAST,
         (SendWithImm, Last) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
         (Send, Only) => Opcode::RC_SEND_ONLY,

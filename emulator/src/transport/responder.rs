@@ -225,7 +225,22 @@ fn receive_send(
     current.offset += len;
     if info.is_last() {
         let (wr_id, byte_len) = (current.wqe.wr_id, current.offset as u32);
-        complete_recv(qp, wr_id, WcOpcode::Recv, byte_len, pkt.immdt, out);
+        if let Some(rkey) = pkt.ieth {
+            // SEND with invalidate: the named rkey must be invalidatable here. If it is not,
+            // the request is invalid (IBTA; rxe ACKs it and fails only the receive).
+            if env.mem.invalidate(rkey).is_err() {
+                let failed = Some((wr_id, WcStatus::RemInvReqErr));
+                nak_and_fail(qp, psn, NakCode::InvalidRequest, failed, out);
+                return;
+            }
+            complete_recv(qp, wr_id, WcOpcode::Recv, byte_len, None, out);
+            if let Some(last) = out.completions.last_mut() {
+                last.wc.wc_flags |= WcFlags::WITH_INV;
+                last.wc.invalidated_rkey = rkey;
+            }
+        } else {
+            complete_recv(qp, wr_id, WcOpcode::Recv, byte_len, pkt.immdt, out);
+        }
     } else {
         qp.resp.current = Some(current);
     }

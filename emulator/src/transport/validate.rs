@@ -36,6 +36,8 @@ pub fn opcode_implemented(opcode: WrOpcode) -> bool {
             | WrOpcode::AtomicFetchAndAdd
             | WrOpcode::AtomicWrite
             | WrOpcode::Flush
+            | WrOpcode::SendWithInv
+            | WrOpcode::LocalInv
     )
 }
 

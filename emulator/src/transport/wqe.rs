@@ -19,6 +19,8 @@ pub struct SendWqe {
     pub solicited: bool,
     /// Immediate data (host order).
     pub imm_data: u32,
+    /// The rkey a SEND_WITH_INV invalidates at the responder, or LOCAL_INV locally.
+    pub invalidate_rkey: u32,
     /// Remote address and key (RDMA and atomics).
     pub remote: RemoteAddr,
     /// Gather list (empty when the data was inlined).
