@@ -8,6 +8,7 @@ mod decode;
 mod demo;
 mod pingpong;
 mod rc_pair;
+mod sim;
 
 /// softverbs: a pure-Rust RDMA verbs stack with a user-space soft-RoCE engine.
 #[derive(Parser)]
@@ -27,6 +28,8 @@ enum Command {
     Pingpong(pingpong::PingpongArgs),
     /// Decode the RoCEv2 packets of a pcap file, one line each.
     Decode(decode::DecodeArgs),
+    /// Run seeds of the deterministic RC simulation under faults (a failure prints its seed).
+    Sim(sim::SimArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +39,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::Pingpong(args) => pingpong::run(&args),
         Command::Decode(args) => decode::run(&args),
+        Command::Sim(args) => sim::run(&args),
     }
 }
 

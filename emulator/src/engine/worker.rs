@@ -2,7 +2,6 @@
 //! QP, and fires transport deadlines. It is what makes the responder progress while the
 //! application sleeps.
 
-use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,9 +9,10 @@ use std::time::Duration;
 use softverbs_api::QpType;
 
 use super::context::Device;
+use crate::net::icrc_check::icrc_ok;
 use crate::net::InDatagram;
 use crate::transport::Outputs;
-use crate::wire::{solve_ipv4_identification, verify_icrc, IcrcContext, IpHeaderInfo, RoceRepr};
+use crate::wire::RoceRepr;
 
 /// Longest the thread sleeps in one receive: bounds how late a deadline armed by another
 /// thread (a post) can fire, and how long shutdown takes.
@@ -37,25 +37,6 @@ pub(crate) fn run(dev: &Arc<Device>) {
         if dev.clock.now_ns() >= next_deadline_ns {
             next_deadline_ns = fire_timers(dev);
         }
-    }
-}
-
-/// True if the datagram's ICRC is right. IPv4 receivers cannot see the IP identification the
-/// ICRC covers, so they solve for it (see `wire::icrc`).
-fn icrc_ok(d: &InDatagram) -> bool {
-    match (d.src.ip(), d.dst.ip()) {
-        (IpAddr::V4(src), IpAddr::V4(dst)) => {
-            solve_ipv4_identification(src, dst, d.src.port(), d.dst.port(), &d.payload).is_some()
-        }
-        (IpAddr::V6(src), IpAddr::V6(dst)) => verify_icrc(
-            &IcrcContext {
-                ip: IpHeaderInfo::V6 { src, dst },
-                udp_src_port: d.src.port(),
-                udp_dst_port: d.dst.port(),
-            },
-            &d.payload,
-        ),
-        _ => false,
     }
 }
 

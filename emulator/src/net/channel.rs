@@ -96,6 +96,8 @@ impl Link for ChannelLink {
                 src: SocketAddr::new(self.local.ip(), packet.udp_src_port),
                 dst,
                 payload: packet.bytes.clone(),
+                // What `finalize` computed the ICRC for.
+                ipv4_identification: Some(0),
             });
         }
         Ok(())

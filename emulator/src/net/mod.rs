@@ -6,6 +6,7 @@
 
 pub mod channel;
 pub mod fault;
+pub mod icrc_check;
 pub mod pcap;
 mod sys;
 pub mod udp;
@@ -28,6 +29,9 @@ pub struct InDatagram {
     pub dst: SocketAddr,
     /// UDP payload (BTH .. ICRC).
     pub payload: Vec<u8>,
+    /// The IPv4 identification it carried, when the link knows it (in-process links); a UDP
+    /// socket does not report it.
+    pub ipv4_identification: Option<u16>,
 }
 
 /// A datagram link of one device: its local address, a send path and a receive path.

@@ -114,6 +114,7 @@ impl Link for UdpLink {
                 src,
                 dst: self.local,
                 payload: buf[..len].to_vec(),
+                ipv4_identification: None,
             })),
             Err(e)
                 if matches!(

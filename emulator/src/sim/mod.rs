@@ -4,6 +4,7 @@
 
 mod faults;
 mod pair;
+pub mod workload;
 
 pub use faults::{FaultConfig, SimRng};
 pub use pair::{Side, SimNode, SimPair, TraceEvent};

@@ -1,7 +1,7 @@
 //! Two QPs, a virtual network between them and a virtual clock.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use softverbs_api::{
     qp::AhAttr, AccessFlags, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendWr,
@@ -9,8 +9,10 @@ use softverbs_api::{
 
 use super::faults::{FaultConfig, SimRng};
 use crate::memory::{MrTable, RdmaBuffer};
+use crate::net::icrc_check::icrc_ok;
+use crate::net::InDatagram;
 use crate::transport::{Completion, Env, Outputs, TransportQp};
-use crate::wire::{solve_ipv4_identification, write_icrc, IcrcContext, IpHeaderInfo, RoceRepr};
+use crate::wire::{write_icrc, IcrcContext, IpHeaderInfo, RoceRepr};
 
 /// One-way delay of the virtual network, in ns.
 const BASE_DELAY_NS: u64 = 10_000;
@@ -366,8 +368,13 @@ impl SimPair {
 
     fn deliver(&mut self, to: Side, src_port: u16, bytes: &[u8]) {
         let from = to.other();
-        // Same check as the engine: IPv4 receivers solve for the IP identification.
-        let ok = solve_ipv4_identification(from.ip(), to.ip(), src_port, 4791, bytes).is_some();
+        // The engine's check; the simulated senders are softverbs ones (IP ID 0).
+        let ok = icrc_ok(&InDatagram {
+            src: SocketAddr::new(IpAddr::V4(from.ip()), src_port),
+            dst: SocketAddr::new(IpAddr::V4(to.ip()), 4791),
+            payload: bytes.to_vec(),
+            ipv4_identification: Some(0),
+        });
         if !ok {
             self.trace.push(TraceEvent::IcrcRejected {
                 at_ns: self.now_ns,
