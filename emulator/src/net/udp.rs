@@ -42,7 +42,9 @@ impl UdpLink {
             super::sys::set_pmtudisc_do(&socket)?;
         }
         // Best effort: an unprivileged process is capped at net.core.{r,w}mem_max.
-        let _ = socket.set_recv_buffer_size(SOCKET_BUFFER_BYTES);
+        if super::sys::set_recv_buffer_force(&socket, SOCKET_BUFFER_BYTES).is_err() {
+            let _ = socket.set_recv_buffer_size(SOCKET_BUFFER_BYTES);
+        }
         let _ = socket.set_send_buffer_size(SOCKET_BUFFER_BYTES);
         socket.bind(&SockAddr::from(local))?;
         let local = socket
