@@ -775,3 +775,79 @@ fn local_invalidate_waits_for_earlier_work_and_fails_on_a_plain_mr() {
     );
     assert_eq!(p.a.qp.state(), softverbs_api::QpState::Err);
 }
+
+#[test]
+fn solicited_event_bit_only_on_the_last_packet_of_sends_and_write_with_imm() {
+    use softverbs_api::{wr::RemoteAddr, SendFlags, WrOpcode};
+    let mut p = SimPair::new_rc(4, FaultConfig::none(), Mtu::Mtu1024, &attrs(7, 7));
+    let (src, lkey, _) = p.register(Side::A, 3000, AccessFlags::LOCAL_WRITE);
+    let (dst, rlkey, rkey) = p.register(
+        Side::B,
+        3000,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+    );
+    let recvs: Vec<RecvWr> = (0..2)
+        .map(|i| RecvWr {
+            wr_id: i,
+            sg_list: vec![Sge {
+                addr: dst,
+                length: 3000,
+                lkey: rlkey,
+            }],
+        })
+        .collect();
+    p.post_recv(Side::B, &recvs).unwrap();
+    let solicited = |mut wr: SendWr| {
+        wr.send_flags |= SendFlags::SOLICITED;
+        wr.remote = RemoteAddr {
+            remote_addr: dst,
+            rkey,
+        };
+        wr
+    };
+    let sge = Sge {
+        addr: src,
+        length: 3000,
+        lkey,
+    };
+    let write_imm = SendWr {
+        opcode: WrOpcode::RdmaWriteWithImm,
+        ..SendWr::send(2, vec![sge])
+    };
+    let write = SendWr {
+        opcode: WrOpcode::RdmaWrite,
+        ..SendWr::send(3, vec![sge])
+    };
+    p.post_send(
+        Side::A,
+        &[
+            solicited(SendWr::send(1, vec![sge])),
+            solicited(write_imm),
+            solicited(write),
+        ],
+    )
+    .unwrap();
+    p.run(10_000);
+    let se: Vec<(Opcode, bool)> = sent_by(&p, Side::A)
+        .iter()
+        .map(|b| {
+            let r = RoceRepr::parse(b).unwrap().0;
+            (r.bth.opcode, r.bth.solicited)
+        })
+        .collect();
+    assert_eq!(
+        se,
+        [
+            (Opcode::RC_SEND_FIRST, false),
+            (Opcode::RC_SEND_MIDDLE, false),
+            (Opcode::RC_SEND_LAST, true),
+            (Opcode::RC_RDMA_WRITE_FIRST, false),
+            (Opcode::RC_RDMA_WRITE_MIDDLE, false),
+            (Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, true),
+            (Opcode::RC_RDMA_WRITE_FIRST, false),
+            (Opcode::RC_RDMA_WRITE_MIDDLE, false),
+            (Opcode::RC_RDMA_WRITE_LAST, false),
+        ]
+    );
+    assert_eq!(p.a.completions.len(), 3);
+}

@@ -216,7 +216,16 @@ fn build_packet(
     };
     let mut repr = RoceRepr::new(
         BthRepr {
-            solicited: wqe.solicited && is_last,
+            // SE matters only where a receive completes: SENDs and WRITE with immediate.
+            solicited: wqe.solicited
+                && is_last
+                && matches!(
+                    wqe.opcode,
+                    WrOpcode::Send
+                        | WrOpcode::SendWithImm
+                        | WrOpcode::SendWithInv
+                        | WrOpcode::RdmaWriteWithImm
+                ),
             ack_req,
             ..BthRepr::new(opcode, qp.attr.dest_qp_num, qp.req.next_psn)
         },
