@@ -324,7 +324,7 @@ fn receive_write(
                 );
             }
         } else {
-            qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
+            count_message(qp);
         }
     } else {
         qp.resp.write = Some(write);
@@ -360,7 +360,7 @@ fn execute_read(
         return;
     }
     if !duplicate {
-        qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
+        count_message(qp);
     }
     let mtu = qp.attr.path_mtu.bytes() as usize;
     let count = data.len().div_ceil(mtu).max(1);
@@ -420,7 +420,7 @@ fn execute_atomic(
         qp.resp.atomic_replay.pop_front();
     }
     qp.resp.atomic_replay.push_back(AtomicReplay { psn, orig });
-    qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
+    count_message(qp);
     qp.resp.epsn = psn.next();
     send_atomic_ack(qp, psn, orig, out);
 }
@@ -473,7 +473,7 @@ fn execute_write_or_flush(
         nak_and_fail(qp, psn, nak_for(e), None, out);
         return;
     }
-    qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
+    count_message(qp);
     qp.resp.epsn = psn.next();
     send_empty_read_response(qp, psn, out);
 }
@@ -521,6 +521,12 @@ fn complete_recv(
         target: CompletionTarget::Recv,
         wc,
     });
+    count_message(qp);
+}
+
+/// One more request message completed at the responder: the MSN that ACKs and responses
+/// carry counts them, modulo 2^24.
+fn count_message(qp: &mut TransportQp) {
     qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
 }
 
