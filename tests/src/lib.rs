@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use softverbs::{
     register_device, AccessFlags, Context, Cq, DeviceConfig, Mr, Pd, Qp, QpCap, RcConnectOptions,
-    RdmaBuffer, RecvWr, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    RdmaBuffer, RecvWr, RemoteAddr, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    WrOpcode,
 };
 
 /// Bound on every wait for a completion or an event: generous, since the machine is shared;
@@ -452,6 +453,113 @@ pub fn send_and_verify(a: &Side, b: &Side, len: usize, seed: u64) {
         image[len..].iter().all(|&x| x == 0xEE),
         "bytes beyond the message were written"
     );
+}
+
+/// The access an RDMA target MR needs for every remote operation (WRITE, READ and atomics),
+/// with the LOCAL_WRITE that REMOTE_WRITE and REMOTE_ATOMIC require.
+pub fn remote_all_access() -> AccessFlags {
+    AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC
+}
+
+/// Registers a zeroed buffer of `len` bytes in `pd` with `access`.
+pub fn register_mr(pd: &Pd, len: usize, access: AccessFlags) -> Mr {
+    pd.register(buffer(len), access)
+        .unwrap_or_else(|e| panic!("register {len}-byte MR with {access:?}: {e}"))
+}
+
+/// The remote address of byte `offset` of `mr`, with its rkey (what a peer puts in an RDMA
+/// or atomic WR).
+pub fn remote_at(mr: &Mr, offset: usize) -> RemoteAddr {
+    RemoteAddr {
+        remote_addr: mr.addr() + offset as u64,
+        rkey: mr.rkey(),
+    }
+}
+
+/// A signaled RDMA WRITE of `sg_list` to `remote`.
+pub fn rdma_write_wr(wr_id: u64, sg_list: Vec<Sge>, remote: RemoteAddr) -> SendWr {
+    SendWr {
+        opcode: WrOpcode::RdmaWrite,
+        remote,
+        ..SendWr::send(wr_id, sg_list)
+    }
+}
+
+/// A signaled RDMA WRITE_WITH_IMM of `sg_list` to `remote` carrying `imm`.
+pub fn rdma_write_imm_wr(wr_id: u64, sg_list: Vec<Sge>, remote: RemoteAddr, imm: u32) -> SendWr {
+    SendWr {
+        opcode: WrOpcode::RdmaWriteWithImm,
+        imm_data: imm,
+        ..rdma_write_wr(wr_id, sg_list, remote)
+    }
+}
+
+/// A signaled RDMA READ from `remote` into `sg_list` (the length is the list's total).
+pub fn rdma_read_wr(wr_id: u64, sg_list: Vec<Sge>, remote: RemoteAddr) -> SendWr {
+    SendWr {
+        opcode: WrOpcode::RdmaRead,
+        ..rdma_write_wr(wr_id, sg_list, remote)
+    }
+}
+
+/// A signaled ATOMIC CMP_AND_SWP of the word at `remote`; the original value lands in `sge`.
+pub fn cmp_swap_wr(wr_id: u64, sge: Sge, remote: RemoteAddr, compare: u64, swap: u64) -> SendWr {
+    SendWr {
+        opcode: WrOpcode::AtomicCmpAndSwp,
+        compare_add: compare,
+        swap,
+        ..rdma_write_wr(wr_id, vec![sge], remote)
+    }
+}
+
+/// A signaled ATOMIC FETCH_AND_ADD of `add` to the word at `remote`; the original value lands
+/// in `sge`.
+pub fn fetch_add_wr(wr_id: u64, sge: Sge, remote: RemoteAddr, add: u64) -> SendWr {
+    SendWr {
+        opcode: WrOpcode::AtomicFetchAndAdd,
+        compare_add: add,
+        ..rdma_write_wr(wr_id, vec![sge], remote)
+    }
+}
+
+/// Checks a successful send-queue completion of any opcode: `wr_id`, `opcode`, `byte_len`
+/// (the message length; 8 for atomics, as rxe reports) and QP.
+pub fn check_send_wc_op(
+    wc: &WorkCompletion,
+    wr_id: u64,
+    opcode: WcOpcode,
+    byte_len: usize,
+    qpn: u32,
+) {
+    assert_eq!(wc.wr_id, wr_id, "wr_id in {wc:?}");
+    assert_eq!(wc.status, WcStatus::Success, "status in {wc:?}");
+    assert_eq!(wc.opcode, opcode, "opcode in {wc:?}");
+    assert_eq!(wc.qp_num, qpn, "qp_num in {wc:?}");
+    assert_eq!(wc.vendor_err, 0, "vendor_err in {wc:?}");
+    assert_eq!(wc.byte_len as usize, byte_len, "byte_len in {wc:?}");
+}
+
+/// Checks an error completion: `wr_id`, `status` and QP.
+pub fn check_error_wc(wc: &WorkCompletion, wr_id: u64, status: WcStatus, qpn: u32) {
+    assert_eq!(wc.wr_id, wr_id, "wr_id in {wc:?}");
+    assert_eq!(wc.status, status, "status in {wc:?}");
+    assert_eq!(wc.qp_num, qpn, "qp_num in {wc:?}");
+}
+
+/// The host-order u64 at byte `offset` of `mr` (where an atomic leaves the original value).
+pub fn read_u64(mr: &Mr, offset: usize) -> u64 {
+    let mut b = [0u8; 8];
+    mr.read(offset, &mut b).expect("read 8 bytes of the MR");
+    u64::from_ne_bytes(b)
+}
+
+/// Stores `value` in host order at byte `offset` of `mr`.
+pub fn write_u64(mr: &Mr, offset: usize, value: u64) {
+    mr.write(offset, &value.to_ne_bytes())
+        .expect("write 8 bytes of the MR");
 }
 
 #[cfg(test)]
