@@ -13,8 +13,8 @@ use softverbs::{
 use softverbs_conformance::{
     assert_cq_empty, check_error_wc, check_flushed, check_recv_wc, check_send_wc, cmp_swap_wr,
     connect_pair_with, fetch_add_wr, open_udp_device, pattern, poll_1, poll_n, rdma_read_wr,
-    rdma_write_wr, register_mr, remote_all_access, remote_at, side_pair, wait_until, Side,
-    SideConfig,
+    rdma_write_imm_wr, rdma_write_wr, register_mr, remote_all_access, remote_at, side_pair,
+    wait_until, Side, SideConfig,
 };
 
 const FILE: u8 = 32;
@@ -271,6 +271,104 @@ fn write_to_a_qp_without_remote_write_is_rem_inv_req_err() {
         |s| {
             let wr = rdma_write_wr(11, vec![s.sge(0, 100)], remote_at(&s.target, 200));
             (wr, vec![])
+        },
+    );
+}
+
+#[test]
+fn write_to_an_mr_of_another_pd_is_rem_access_err() {
+    refused(
+        13,
+        14,
+        all(),
+        Detected::Remote,
+        WcStatus::RemAccessErr,
+        |s| {
+            // A region b registered in a PD that is not its QP's.
+            let other_pd = s.b.ctx.alloc_pd().unwrap();
+            let foreign = register_mr(&other_pd, 4096, remote_all_access());
+            foreign.fill(CANARY).unwrap();
+            let wr = rdma_write_wr(11, vec![s.sge(0, 100)], remote_at(&foreign, 0));
+            (wr, vec![foreign])
+        },
+    );
+}
+
+#[test]
+fn write_with_the_rkey_of_a_deregistered_mr_is_rem_access_err() {
+    refused(
+        15,
+        16,
+        all(),
+        Detected::Remote,
+        WcStatus::RemAccessErr,
+        |s| {
+            // The same memory registered again: the old rkey must not reach it.
+            let old = register_mr(&s.b.pd, 4096, remote_all_access());
+            let stale = remote_at(&old, 0);
+            let again =
+                s.b.pd
+                    .register(old.into_buffer().unwrap(), remote_all_access())
+                    .unwrap();
+            assert_eq!(again.addr(), stale.remote_addr);
+            assert_ne!(again.rkey(), stale.rkey);
+            again.fill(CANARY).unwrap();
+            let wr = rdma_write_wr(11, vec![s.sge(0, 100)], stale);
+            (wr, vec![again])
+        },
+    );
+}
+
+#[test]
+fn write_with_imm_with_a_bad_rkey_is_rem_access_err_and_completes_no_receive() {
+    // b's second receive is there for it, but is flushed, not completed.
+    refused(
+        17,
+        18,
+        all(),
+        Detected::Remote,
+        WcStatus::RemAccessErr,
+        |s| {
+            let wr = rdma_write_imm_wr(
+                11,
+                vec![s.sge(0, 100)],
+                bad_key(remote_at(&s.target, 0)),
+                0x1234,
+            );
+            (wr, vec![])
+        },
+    );
+}
+
+#[test]
+fn write_with_imm_to_a_qp_without_remote_write_is_rem_inv_req_err() {
+    refused(
+        19,
+        20,
+        AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
+        Detected::Remote,
+        WcStatus::RemInvReqErr,
+        |s| {
+            let wr = rdma_write_imm_wr(11, vec![s.sge(0, 3000)], remote_at(&s.target, 0), 7);
+            (wr, vec![])
+        },
+    );
+}
+
+#[test]
+fn read_of_an_mr_of_another_pd_is_rem_access_err() {
+    refused(
+        33,
+        34,
+        all(),
+        Detected::Remote,
+        WcStatus::RemAccessErr,
+        |s| {
+            let other_pd = s.b.ctx.alloc_pd().unwrap();
+            let foreign = register_mr(&other_pd, 4096, remote_all_access());
+            foreign.fill(CANARY).unwrap();
+            let wr = rdma_read_wr(11, vec![s.sge(DEST, 100)], remote_at(&foreign, 0));
+            (wr, vec![foreign])
         },
     );
 }
@@ -550,4 +648,68 @@ fn atomic_into_a_bad_lkey_is_loc_prot_err() {
         let wr = fetch_add_wr(11, sge, remote_at(&s.target, 8), 1);
         (wr, vec![])
     });
+}
+
+// ---- address arithmetic ----
+
+/// `mr`'s rkey with an address whose range of `len` bytes wraps past 2^64.
+fn wrapping(mr: &Mr, len: u64) -> RemoteAddr {
+    RemoteAddr {
+        remote_addr: u64::MAX - len / 2,
+        rkey: mr.rkey(),
+    }
+}
+
+#[test]
+fn write_whose_range_wraps_around_the_address_space_is_rem_access_err() {
+    refused(
+        71,
+        72,
+        all(),
+        Detected::Remote,
+        WcStatus::RemAccessErr,
+        |s| {
+            let wr = rdma_write_wr(11, vec![s.sge(0, 100)], wrapping(&s.target, 100));
+            (wr, vec![])
+        },
+    );
+}
+
+#[test]
+fn read_whose_range_wraps_around_the_address_space_is_rem_access_err() {
+    refused(
+        73,
+        74,
+        all(),
+        Detected::Remote,
+        WcStatus::RemAccessErr,
+        |s| {
+            let wr = rdma_read_wr(11, vec![s.sge(DEST, 3000)], wrapping(&s.target, 3000));
+            (wr, vec![])
+        },
+    );
+}
+
+#[test]
+fn atomic_at_the_top_of_the_address_space_is_refused() {
+    // An aligned word whose end wraps to 0: outside every region.
+    refused(
+        75,
+        76,
+        all(),
+        Detected::Remote,
+        WcStatus::RemAccessErr,
+        |s| {
+            let wr = fetch_add_wr(
+                11,
+                s.sge(DEST, 8),
+                RemoteAddr {
+                    remote_addr: u64::MAX - 7,
+                    rkey: s.target.rkey(),
+                },
+                1,
+            );
+            (wr, vec![])
+        },
+    );
 }
