@@ -4,13 +4,14 @@
 //! of both MRs checked (guard bytes around the accessed range stay untouched); WRITE_WITH_IMM
 //! consuming a receive (and RNR until one is posted); ordering of mixed WR lists; unsignaled
 //! WRITEs read back by a READ; FENCE and `max_rd_atomic` 1; post-time errors; a 1 MiB READ at
-//! MTU 256.
+//! MTU 256 (and long READs under loss or outlasting the ACK timeout); a mix of RDMA and
+//! atomics under loss, duplication and reordering; a responder that is only in RTR.
 //!
 //! File number 30: devices on 127.10.30.n.
 
 use softverbs::{
-    Context, DeviceConfig, Mr, Mtu, QpState, RcConnectOptions, RemoteAddr, SendFlags, SendWr,
-    WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    Context, DeviceConfig, Mr, Mtu, QpAttr, QpAttrMask, QpState, RcConnectOptions, RemoteAddr,
+    SendFlags, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
 use softverbs_conformance::{
     assert_bytes_eq, assert_cq_empty, check_recv_wc, check_send_wc, check_send_wc_op, cmp_swap_wr,
@@ -20,6 +21,7 @@ use softverbs_conformance::{
     Side, SideConfig, WAIT,
 };
 
+use softverbs_api::qp::AhAttr;
 use softverbs_emu::net::fault::{FaultConfig, FaultSetting};
 
 const FILE: u8 = 30;
@@ -1101,4 +1103,86 @@ fn rdma_and_atomics_under_loss_duplication_and_reordering() {
     let (fa, fb) = (fa.counters.snapshot(), fb.counters.snapshot());
     assert!(fa.dropped > 0 && fb.dropped > 0, "{fa:?} {fb:?}");
     assert!(fa.duplicated > 0 && fb.duplicated > 0, "{fa:?} {fb:?}");
+}
+
+#[test]
+fn a_responder_only_in_rtr_serves_writes_reads_and_atomics() {
+    // The responder side works from RTR on: b never goes to RTS.
+    let cfg = side_config(8192);
+    let (a, b) = side_pair(&open_udp_device(FILE, 39), &open_udp_device(FILE, 40), &cfg);
+    let opts = RcConnectOptions::default();
+    let ep_a = a.qp.endpoint(0x100, 1).unwrap();
+    a.qp.connect_rc(0x100, &b.qp.endpoint(0x200, 1).unwrap(), &opts)
+        .unwrap();
+    b.qp.modify(
+        &QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            qp_access_flags: opts.access,
+            ..QpAttr::default()
+        },
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
+    )
+    .unwrap();
+    b.qp.modify(
+        &QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: opts.path_mtu,
+            dest_qp_num: ep_a.qpn,
+            rq_psn: ep_a.psn,
+            max_dest_rd_atomic: 16,
+            min_rnr_timer: 12,
+            ah_attr: AhAttr {
+                dgid: ep_a.gid,
+                sgid_index: 1,
+                port_num: 1,
+                ..AhAttr::default()
+            },
+            ..QpAttr::default()
+        },
+        QpAttrMask::STATE
+            | QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN
+            | QpAttrMask::MAX_DEST_RD_ATOMIC
+            | QpAttrMask::MIN_RNR_TIMER,
+    )
+    .unwrap();
+    let target = register_mr(&b.pd, 8192, remote_all_access());
+    target.fill(CANARY).unwrap();
+    write_u64(&target, 0, 41);
+    let msg = pattern(39, 3000);
+    a.send_mr.write(0, &msg).unwrap();
+    b.post_recv(1, vec![]);
+    a.qp.post_send(&[
+        rdma_write_wr(
+            1,
+            vec![a.send_mr.sge(0, 3000).unwrap()],
+            remote_at(&target, 100),
+        ),
+        rdma_read_wr(
+            2,
+            vec![a.send_mr.sge(4000, 3000).unwrap()],
+            remote_at(&target, 100),
+        ),
+        fetch_add_wr(3, a.send_mr.sge(7000, 8).unwrap(), remote_at(&target, 0), 1),
+        rdma_write_imm_wr(
+            4,
+            vec![a.send_mr.sge(0, 10).unwrap()],
+            remote_at(&target, 4000),
+            9,
+        ),
+    ])
+    .expect("post");
+    let s = poll_n(&a.send_cq, 4, "WRs to an RTR responder");
+    check_send_wc_op(&s[0], 1, WcOpcode::RdmaWrite, 3000, a.qpn());
+    check_send_wc_op(&s[1], 2, WcOpcode::RdmaRead, 3000, a.qpn());
+    check_send_wc_op(&s[2], 3, WcOpcode::FetchAdd, 8, a.qpn());
+    check_send_wc_op(&s[3], 4, WcOpcode::RdmaWrite, 10, a.qpn());
+    check_write_imm_recv(&poll_1(&b.recv_cq, "recv"), 1, 10, 9, &b, &a);
+    assert_bytes_eq(&a.send_mr.to_vec()[4000..7000], &msg, "READ from RTR");
+    assert_eq!(read_u64(&a.send_mr, 7000), 41);
+    assert_eq!(read_u64(&target, 0), 42);
+    assert_eq!(b.qp.state().unwrap(), QpState::Rtr);
 }
