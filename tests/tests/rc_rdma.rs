@@ -904,9 +904,6 @@ fn long_reads(ctx_a: &Context, ctx_b: &Context, opts: &RcConnectOptions, rounds:
 }
 
 #[test]
-#[ignore = "bug: a READ re-request after 128+ responses is blocked by the unacked-PSN window \
-            (completer.rs on_read_response never advances comp.una; requester.rs blocked() \
-            compares next_psn with una): the READ never completes"]
 fn read_of_4096_responses_recovers_lost_responses() {
     // b loses 1% of what it sends: responses beyond the 128th go missing too, and the READ
     // must be asked again from the first missing one.
@@ -932,10 +929,6 @@ fn read_of_4096_responses_recovers_lost_responses() {
 }
 
 #[test]
-#[ignore = "bug: READ responses neither re-arm the local ACK timer nor move comp.una \
-            (completer.rs on_read_response / note_progress), so a READ that streams for \
-            longer than the ACK timeout times out and its re-request is then blocked by the \
-            unacked-PSN window (requester.rs blocked()): no completion, ever"]
 fn read_streaming_longer_than_the_ack_timeout_completes() {
     // Lossless; the ACK timeout (about 4 ms) is shorter than the whole READ takes, but
     // responses keep arriving, so (as in rxe, whose completer re-arms the retransmit timer
@@ -954,9 +947,6 @@ fn read_streaming_longer_than_the_ack_timeout_completes() {
 }
 
 #[test]
-#[ignore = "bug: READ responses do not count as forward progress (completer.rs \
-            on_read_response: retries_left is not refilled and the ACK timer is not re-armed), \
-            so a long READ on a lossless link fails with RETRY_EXC_ERR when retry_cnt is small"]
 fn long_read_does_not_use_up_a_small_retry_count() {
     let opts = RcConnectOptions {
         path_mtu: Mtu::Mtu256,

@@ -147,6 +147,14 @@ fn on_read_response(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out
     wqe.resp_packets += 1;
     if last {
         complete_front(qp, WcStatus::Success, psn, env, out);
+    } else {
+        // Each in-order response acknowledges its PSN (as rxe's comp.psn advances): the
+        // window moves, the ACK timer restarts and the retry budget refills, so a READ of
+        // any length streams on, and a re-request starts where the responses stopped.
+        if psn.next().diff(qp.comp.una) > 0 {
+            qp.comp.una = psn.next();
+        }
+        note_progress(qp, true, env);
     }
 }
 
