@@ -851,3 +851,52 @@ fn solicited_event_bit_only_on_the_last_packet_of_sends_and_write_with_imm() {
     );
     assert_eq!(p.a.completions.len(), 3);
 }
+
+#[test]
+fn a_read_of_1024_responses_streams_through_loss_with_a_small_retry_budget() {
+    use softverbs_api::{wr::RemoteAddr, WrOpcode};
+    // Short bursts: a lone re-request must not meet more losses in a row than the budget.
+    let lossy = FaultConfig {
+        loss_per_mille: 20,
+        burst_per_mille: 200,
+        burst_max: 2,
+        ..FaultConfig::none()
+    };
+    for seed in 0..8 {
+        let mut rng = SimRng::new(seed);
+        let mut p = SimPair::new_rc(seed, lossy, Mtu::Mtu256, &attrs(3, 3));
+        let len = 256 * 1024;
+        let (dst, lkey, _) = p.register(Side::A, len, AccessFlags::LOCAL_WRITE);
+        let (src, _, rkey) = p.register(
+            Side::B,
+            len,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+        );
+        let data: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+        p.write(Side::B, src, &data);
+        let read = SendWr {
+            opcode: WrOpcode::RdmaRead,
+            remote: RemoteAddr {
+                remote_addr: src,
+                rkey,
+            },
+            ..SendWr::send(
+                1,
+                vec![Sge {
+                    addr: dst,
+                    length: len as u32,
+                    lkey,
+                }],
+            )
+        };
+        p.post_send(Side::A, &[read]).unwrap();
+        p.run(2_000_000);
+        let wcs: Vec<_> =
+            p.a.completions
+                .iter()
+                .map(|c| (c.wc.status, c.wc.byte_len))
+                .collect();
+        assert_eq!(wcs, [(WcStatus::Success, len as u32)], "seed {seed}");
+        assert_eq!(p.read(Side::A, dst, len), data, "seed {seed}");
+    }
+}

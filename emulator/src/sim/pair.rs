@@ -106,7 +106,9 @@ pub struct SimPair {
     pub now_ns: u64,
     rng: SimRng,
     faults: FaultConfig,
-    burst_left: u32,
+    /// Packets still to lose of the current loss burst, per sending side (A, B): each
+    /// direction is its own faulty link.
+    burst_left: [u32; 2],
     /// Packets on the wire: (arrival time, sequence for ties) -> (receiver, UDP source port,
     /// bytes).
     wire: BTreeMap<(u64, u64), (Side, u16, Vec<u8>)>,
@@ -140,7 +142,7 @@ impl SimPair {
             now_ns: 0,
             rng: SimRng::new(seed),
             faults,
-            burst_left: 0,
+            burst_left: [0, 0],
             wire: BTreeMap::new(),
             wire_seq: 0,
             trace: Vec::new(),
@@ -291,8 +293,9 @@ impl SimPair {
 
     fn transmit(&mut self, from: Side, mut bytes: Vec<u8>, src_port: u16) {
         let f = self.faults;
-        if self.burst_left > 0 {
-            self.burst_left -= 1;
+        let direction = from as usize;
+        if self.burst_left[direction] > 0 {
+            self.burst_left[direction] -= 1;
             self.trace.push(TraceEvent::Dropped {
                 at_ns: self.now_ns,
                 from,
@@ -301,7 +304,7 @@ impl SimPair {
         }
         if self.rng.chance(f.loss_per_mille) {
             if f.burst_max > 0 && self.rng.chance(f.burst_per_mille) {
-                self.burst_left = 1 + self.rng.below(f.burst_max as u64) as u32;
+                self.burst_left[direction] = 1 + self.rng.below(f.burst_max as u64) as u32;
             }
             self.trace.push(TraceEvent::Dropped {
                 at_ns: self.now_ns,
@@ -332,7 +335,7 @@ impl SimPair {
     /// Stops injecting faults (for "once faults stop, everything completes").
     pub fn heal(&mut self) {
         self.faults = FaultConfig::none();
-        self.burst_left = 0;
+        self.burst_left = [0, 0];
     }
 
     /// Runs the next event (a packet arrival or a QP deadline), advancing the clock to it.
