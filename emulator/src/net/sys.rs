@@ -14,7 +14,12 @@ use std::os::fd::AsRawFd;
 /// option every datagram goes out with DF and ID 0, so the ICRC we compute for ID 0 is the
 /// one a kernel rxe receiver checks (see `wire::icrc`).
 pub fn set_pmtudisc_do(socket: &impl AsRawFd) -> io::Result<()> {
-    set_int_option(socket, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)
+    set_int_option(
+        socket,
+        libc::IPPROTO_IP,
+        libc::IP_MTU_DISCOVER,
+        libc::IP_PMTUDISC_DO,
+    )
 }
 
 /// Sets the receive buffer to `bytes` past `net.core.rmem_max` (`SO_RCVBUFFORCE`), which
