@@ -33,6 +33,14 @@ fn sent_by(pair: &SimPair, side: Side) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// The (wr_id, status) of every completion a node produced, in order.
+fn statuses(node: &softverbs_emu::sim::SimNode) -> Vec<(u64, WcStatus)> {
+    node.completions
+        .iter()
+        .map(|c| (c.wc.wr_id, c.wc.status))
+        .collect()
+}
+
 fn opcode_of(bytes: &[u8]) -> Opcode {
     RoceRepr::parse(bytes)
         .expect("own packets parse")
@@ -350,11 +358,7 @@ fn retry_exhaustion_after_exactly_retry_cnt_retries() {
             1 + retry_cnt as usize,
             "retry_cnt {retry_cnt}"
         );
-        let wcs: Vec<_> =
-            p.a.completions
-                .iter()
-                .map(|c| (c.wc.wr_id, c.wc.status))
-                .collect();
+        let wcs = statuses(&p.a);
         assert_eq!(
             wcs,
             [(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)],
@@ -404,11 +408,7 @@ fn rnr_exhaustion_after_exactly_rnr_retry_retries() {
             })
             .count();
         assert_eq!(rnr_naks, 1 + rnr_retry as usize, "rnr_retry {rnr_retry}");
-        let wcs: Vec<_> =
-            p.a.completions
-                .iter()
-                .map(|c| (c.wc.wr_id, c.wc.status))
-                .collect();
+        let wcs = statuses(&p.a);
         assert_eq!(
             wcs,
             [(1, WcStatus::RnrRetryExcErr), (2, WcStatus::WrFlushErr)]
@@ -699,17 +699,9 @@ fn send_with_invalidate_carries_the_rkey_and_a_plain_mr_cannot_be_invalidated() 
     assert_eq!(last.ieth, Some(rkey));
     // Regions from ibv_reg_mr cannot be invalidated (only MWs and fast-reg MRs can):
     // the responder refuses the request and both sides fail.
-    let b_wc: Vec<_> =
-        p.b.completions
-            .iter()
-            .map(|c| (c.wc.wr_id, c.wc.status))
-            .collect();
+    let b_wc = statuses(&p.b);
     assert_eq!(b_wc, [(5, WcStatus::RemInvReqErr)]);
-    let a_wc: Vec<_> =
-        p.a.completions
-            .iter()
-            .map(|c| (c.wc.wr_id, c.wc.status))
-            .collect();
+    let a_wc = statuses(&p.a);
     assert_eq!(
         a_wc,
         [(1, WcStatus::RemInvReqErr), (2, WcStatus::WrFlushErr)]
