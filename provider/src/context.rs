@@ -16,22 +16,11 @@ pub fn devices() -> VerbsResult<Vec<DeviceInfo>> {
     Ok(engine::device_list()?
         .into_iter()
         .map(|d| DeviceInfo {
-            guid: guid_of(&d.ip),
+            guid: d.node_guid(),
             name: d.name,
             backend: "emu",
         })
         .collect())
-}
-
-fn guid_of(ip: &std::net::IpAddr) -> u64 {
-    let tail = match ip {
-        std::net::IpAddr::V4(v4) => v4.octets(),
-        std::net::IpAddr::V6(v6) => {
-            let o = v6.octets();
-            [o[12], o[13], o[14], o[15]]
-        }
-    };
-    u64::from_be_bytes([0x02, 0x00, tail[0], 0xff, 0xfe, tail[1], tail[2], tail[3]])
 }
 
 pub(crate) struct ContextInner {

@@ -36,21 +36,9 @@ pub fn run(args: &DemoArgs) -> ExitCode {
     }
 }
 
-fn mtu_of(bytes: u32) -> Option<Mtu> {
-    [
-        Mtu::Mtu256,
-        Mtu::Mtu512,
-        Mtu::Mtu1024,
-        Mtu::Mtu2048,
-        Mtu::Mtu4096,
-    ]
-    .into_iter()
-    .find(|m| m.bytes() == bytes)
-}
-
 fn demo(args: &DemoArgs) -> VerbsResult<bool> {
     let sizes = args.sizes.clone().unwrap_or_else(|| DEFAULT_SIZES.to_vec());
-    let path_mtu = mtu_of(args.mtu).ok_or_else(|| {
+    let path_mtu = Mtu::from_bytes(args.mtu).ok_or_else(|| {
         softverbs::VerbsError::inval(format!("--mtu {} is not an IB MTU", args.mtu))
     })?;
     let list = devices()?;

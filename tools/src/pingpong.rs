@@ -86,16 +86,8 @@ fn decode(line: &str) -> VerbsResult<RcEndpoint> {
 
 fn pingpong(args: &PingpongArgs) -> VerbsResult<()> {
     let timeout = Duration::from_secs(args.timeout_secs);
-    let path_mtu = [
-        Mtu::Mtu256,
-        Mtu::Mtu512,
-        Mtu::Mtu1024,
-        Mtu::Mtu2048,
-        Mtu::Mtu4096,
-    ]
-    .into_iter()
-    .find(|m| m.bytes() == args.mtu)
-    .ok_or_else(|| VerbsError::inval(format!("--mtu {} is not an IB MTU", args.mtu)))?;
+    let path_mtu = Mtu::from_bytes(args.mtu)
+        .ok_or_else(|| VerbsError::inval(format!("--mtu {} is not an IB MTU", args.mtu)))?;
     let side = RcSide::new(&args.device, args.size.max(1), 4)?;
     let is_server = args.listen.is_some();
     let stream = match (args.listen, args.connect) {

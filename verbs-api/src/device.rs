@@ -116,6 +116,18 @@ impl Mtu {
         })
     }
 
+    /// The MTU of exactly `bytes` bytes (256, 512, 1024, 2048 or 4096).
+    pub fn from_bytes(bytes: u32) -> Option<Mtu> {
+        Mtu::from_raw(match bytes {
+            256 => 1,
+            512 => 2,
+            1024 => 3,
+            2048 => 4,
+            4096 => 5,
+            _ => return None,
+        })
+    }
+
     /// The largest IB MTU whose RoCEv2 packets fit in an Ethernet MTU of `netdev_mtu` bytes
     /// (as rxe computes `active_mtu`: IP + UDP + BTH + the largest extension headers + ICRC).
     pub fn for_netdev_mtu(netdev_mtu: u32) -> Mtu {
@@ -199,4 +211,24 @@ pub struct DeviceAttr {
     pub max_inline_data: u32,
     /// Physical ports.
     pub phys_port_cnt: u8,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mtu_from_bytes_round_trips_and_refuses_other_sizes() {
+        for m in [
+            Mtu::Mtu256,
+            Mtu::Mtu512,
+            Mtu::Mtu1024,
+            Mtu::Mtu2048,
+            Mtu::Mtu4096,
+        ] {
+            assert_eq!(Mtu::from_bytes(m.bytes()), Some(m));
+        }
+        assert_eq!(Mtu::from_bytes(1500), None);
+        assert_eq!(Mtu::from_bytes(0), None);
+    }
 }

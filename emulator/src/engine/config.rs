@@ -77,6 +77,25 @@ impl DeviceConfig {
         Ok(())
     }
 
+    /// The MAC address the device stands for: locally administered, from its IP address (the
+    /// source of GID 0's EUI-64 and of the node GUID).
+    pub fn mac(&self) -> [u8; 6] {
+        let tail = match self.ip {
+            IpAddr::V4(v4) => v4.octets(),
+            IpAddr::V6(v6) => {
+                let o = v6.octets();
+                [o[12], o[13], o[14], o[15]]
+            }
+        };
+        [0x02, 0x00, tail[0], tail[1], tail[2], tail[3]]
+    }
+
+    /// The node GUID: the EUI-64 of [`DeviceConfig::mac`].
+    pub fn node_guid(&self) -> u64 {
+        let m = self.mac();
+        u64::from_be_bytes([m[0], m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]])
+    }
+
     /// Parses the device list of `SOFTVERBS_DEVICES`: comma-separated entries, each
     /// `IP`, `NAME=IP`, `IP:PORT` / `[IPv6]:PORT` or `NAME=...:PORT`. Unnamed entries are
     /// called `softrxe<N>` by position.

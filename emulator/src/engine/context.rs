@@ -1,7 +1,7 @@
 //! An open emulated device: the verbs calls of [`VerbsContext`] on the device's tables.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -104,18 +104,6 @@ impl Device {
             next_cq: AtomicU32::new(1),
             next_qpn: AtomicU32::new(FIRST_QPN),
         }
-    }
-
-    /// The MAC address the device stands for: locally administered, from its IP address.
-    fn mac(&self) -> [u8; 6] {
-        let tail = match self.config.ip {
-            IpAddr::V4(v4) => v4.octets(),
-            IpAddr::V6(v6) => {
-                let o = v6.octets();
-                [o[12], o[13], o[14], o[15]]
-            }
-        };
-        [0x02, 0x00, tail[0], tail[1], tail[2], tail[3]]
     }
 
     pub(crate) fn env(&self) -> Env<'_> {
@@ -284,8 +272,7 @@ impl VerbsContext for EmuContext {
     }
 
     fn query_device(&self) -> VerbsResult<DeviceAttr> {
-        let mac = self.dev().mac();
-        let guid = u64::from_be_bytes([mac[0], mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]]);
+        let guid = self.dev().config.node_guid();
         Ok(DeviceAttr {
             fw_ver: env!("CARGO_PKG_VERSION").to_string(),
             node_guid: guid,
@@ -328,7 +315,7 @@ impl VerbsContext for EmuContext {
     fn query_gid(&self, port_num: u8, index: u32) -> VerbsResult<GidEntry> {
         self.query_port(port_num)?;
         let gid = match index {
-            0 => Gid::link_local_from_mac(self.dev().mac()),
+            0 => Gid::link_local_from_mac(self.dev().config.mac()),
             1 => Gid::from_ip(self.dev().config.ip),
             _ => {
                 return Err(VerbsError::inval(format!(

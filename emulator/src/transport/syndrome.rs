@@ -1,7 +1,7 @@
 //! AETH syndromes as the responder sends them and the completer reads them, and the RNR
 //! timer table of the IB spec.
 
-use crate::wire::{AethKind, NakCode};
+use crate::wire::NakCode;
 use softverbs_api::WcStatus;
 
 /// How long a requester waits after an RNR NAK carrying timer `code` (IBTA table 45), in ns.
@@ -34,9 +34,4 @@ pub fn nak_status(code: NakCode) -> WcStatus {
         NakCode::RemoteOperationalError => WcStatus::RemOpErr,
         NakCode::InvalidRdRequest => WcStatus::RemInvRdReqErr,
     }
-}
-
-/// True for an AETH that acknowledges (positively) the PSNs up to its own.
-pub fn is_positive_ack(kind: AethKind) -> bool {
-    matches!(kind, AethKind::Ack)
 }
