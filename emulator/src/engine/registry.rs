@@ -103,12 +103,13 @@ pub fn open_device(name: &str) -> VerbsResult<EmuContext> {
         .ok_or_else(|| VerbsError::NotFound(format!("no device named {name:?}")))?;
     let mut guard = REGISTRY.lock();
     let reg = guard.get_or_insert_with(Registry::default);
+    // A previous instance whose last context just went away may still be closing: wait
+    // until it has released its address rather than fail to bind it.
+    let mut closing_since = None;
     if let Some((runtime, device)) = reg.open.get(name) {
         if let Some(runtime) = runtime.upgrade() {
             return Ok(EmuContext { runtime });
         }
-        // The last context just went away and the device is shutting down: wait until it
-        // has released its address rather than fail to bind it.
         let started = Instant::now();
         while device.strong_count() > 0 {
             if started.elapsed() > CLOSE_WAIT {
@@ -116,25 +117,21 @@ pub fn open_device(name: &str) -> VerbsResult<EmuContext> {
             }
             std::thread::sleep(Duration::from_millis(1));
         }
+        closing_since = Some(started);
     }
-    let link: Box<dyn Link> =
-        match &config.link {
-            LinkConfig::Udp => Box::new(UdpLink::bind(config.ip, config.udp_port).map_err(
-                |e| VerbsError::Io {
-                    errno: e.raw_os_error().unwrap_or(libc::EIO),
-                    message: format!("binding {}:{} for {name}: {e}", config.ip, config.udp_port),
-                },
-            )?),
-            LinkConfig::Channel(net) => {
-                let link: ChannelLink = net
-                    .attach(std::net::SocketAddr::new(config.ip, config.udp_port))
-                    .map_err(|e| VerbsError::Io {
-                        errno: libc::EADDRINUSE,
-                        message: format!("attaching {name} to the channel network: {e}"),
-                    })?;
-                Box::new(link)
-            }
-        };
+    // The strong count reaches zero just before the old device's fields (its socket) are
+    // dropped, so a bind can still meet the old socket for a moment: retry it then.
+    let link = loop {
+        match bind_link(&config) {
+            Err(e) if e.errno() == libc::EADDRINUSE => match closing_since {
+                Some(started) if started.elapsed() <= CLOSE_WAIT => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                _ => return Err(e),
+            },
+            other => break other?,
+        }
+    };
     let link: Box<dyn Link> = match &config.faults {
         Some(setting) => {
             reg.fault_counters
@@ -152,6 +149,30 @@ pub fn open_device(name: &str) -> VerbsResult<EmuContext> {
     reg.open
         .insert(name.to_string(), (Arc::downgrade(&runtime), device_weak));
     Ok(EmuContext { runtime })
+}
+
+/// Binds the socket (or attaches to the channel network) that device `config` receives on.
+fn bind_link(config: &DeviceConfig) -> VerbsResult<Box<dyn Link>> {
+    let name = &config.name;
+    Ok(match &config.link {
+        LinkConfig::Udp => {
+            Box::new(
+                UdpLink::bind(config.ip, config.udp_port).map_err(|e| VerbsError::Io {
+                    errno: e.raw_os_error().unwrap_or(libc::EIO),
+                    message: format!("binding {}:{} for {name}: {e}", config.ip, config.udp_port),
+                })?,
+            )
+        }
+        LinkConfig::Channel(net) => {
+            let link: ChannelLink = net
+                .attach(std::net::SocketAddr::new(config.ip, config.udp_port))
+                .map_err(|e| VerbsError::Io {
+                    errno: libc::EADDRINUSE,
+                    message: format!("attaching {name} to the channel network: {e}"),
+                })?;
+            Box::new(link)
+        }
+    })
 }
 
 /// The fault counters of device `name` as last opened, if it was opened with faults (from
