@@ -28,7 +28,7 @@ pub struct Cq {
 
 impl Cq {
     pub(crate) fn create(ctx: &Context, cqe: u32) -> VerbsResult<Cq> {
-        let (id, capacity) = ctx.inner.backend.create_cq(cqe)?;
+        let (id, capacity) = ctx.inner.backend.create_cq(cqe, None)?;
         Ok(Cq {
             inner: Arc::new(CqInner {
                 ctx: ctx.clone(),

@@ -3,10 +3,17 @@
 //! structs so that the passthrough and a C ABI can sit on them; ownership and lifetimes are
 //! enforced one layer up, by the safe handles of the `softverbs` crate.
 
+use std::os::fd::RawFd;
+use std::time::Duration;
+
 use crate::device::{DeviceAttr, GidEntry, PortAttr};
 use crate::error::{VerbsError, VerbsResult};
+use crate::event::AsyncEvent;
 use crate::flags::AccessFlags;
+use crate::mw::{MwBind, MwType};
+use crate::qp::AhAttr;
 use crate::qp::{QpAttr, QpAttrMask, QpInitAttr};
+use crate::srq::{SrqAttr, SrqAttrMask};
 use crate::wc::WorkCompletion;
 use crate::wr::{RecvWr, SendWr};
 
@@ -66,8 +73,9 @@ pub trait VerbsContext: Send + Sync {
     fn reg_mr(&self, pd: u32, addr: u64, length: u64, access: AccessFlags) -> VerbsResult<MrKeys>;
     /// `ibv_dereg_mr`: once it returns, the backend no longer touches the region.
     fn dereg_mr(&self, lkey: u32) -> VerbsResult<()>;
-    /// `ibv_create_cq` with at least `cqe` entries; returns the CQ id and the granted size.
-    fn create_cq(&self, cqe: u32) -> VerbsResult<(u32, u32)>;
+    /// `ibv_create_cq` with at least `cqe` entries, reporting to completion channel
+    /// `channel` when given; returns the CQ id and the granted size.
+    fn create_cq(&self, cqe: u32, channel: Option<u32>) -> VerbsResult<(u32, u32)>;
     /// `ibv_destroy_cq`: EBUSY while QPs use it.
     fn destroy_cq(&self, cq: u32) -> VerbsResult<()>;
     /// `ibv_poll_cq`: moves up to `out.len()` completions into `out`, oldest first; returns how
@@ -85,4 +93,116 @@ pub trait VerbsContext: Send + Sync {
     fn post_send(&self, qpn: u32, wrs: &[SendWr]) -> Result<(), PostError>;
     /// `ibv_post_recv` of a WR list; on failure, the index of the first WR not posted.
     fn post_recv(&self, qpn: u32, wrs: &[RecvWr]) -> Result<(), PostError>;
+
+    /// `ibv_post_srq_recv` of a WR list; on failure, the index of the first WR not posted.
+    fn post_srq_recv(&self, srq: u32, wrs: &[RecvWr]) -> Result<(), PostError> {
+        let _ = (srq, wrs);
+        Err(PostError {
+            index: 0,
+            error: unsupported("shared receive queues"),
+        })
+    }
+    /// `ibv_create_srq` in PD `pd`: returns the SRQ id and the granted attributes.
+    fn create_srq(&self, pd: u32, attr: &SrqAttr) -> VerbsResult<(u32, SrqAttr)> {
+        let _ = (pd, attr);
+        Err(unsupported("shared receive queues"))
+    }
+    /// `ibv_modify_srq`: resize (MAX_WR) or arm the limit (LIMIT).
+    fn modify_srq(&self, srq: u32, attr: &SrqAttr, mask: SrqAttrMask) -> VerbsResult<()> {
+        let _ = (srq, attr, mask);
+        Err(unsupported("shared receive queues"))
+    }
+    /// `ibv_query_srq`: the current attributes (`srq_limit` 0 once the limit event fired).
+    fn query_srq(&self, srq: u32) -> VerbsResult<SrqAttr> {
+        let _ = srq;
+        Err(unsupported("shared receive queues"))
+    }
+    /// `ibv_destroy_srq`: EBUSY while QPs use it; posted WRs are dropped.
+    fn destroy_srq(&self, srq: u32) -> VerbsResult<()> {
+        let _ = srq;
+        Err(unsupported("shared receive queues"))
+    }
+
+    /// `ibv_create_ah` in PD `pd`: returns the address handle id (for UD sends).
+    fn create_ah(&self, pd: u32, attr: &AhAttr) -> VerbsResult<u32> {
+        let _ = (pd, attr);
+        Err(unsupported("address handles"))
+    }
+    /// `ibv_destroy_ah`.
+    fn destroy_ah(&self, ah: u32) -> VerbsResult<()> {
+        let _ = ah;
+        Err(unsupported("address handles"))
+    }
+
+    /// `ibv_alloc_mw` in PD `pd`: returns the window id and its initial rkey.
+    fn alloc_mw(&self, pd: u32, mw_type: MwType) -> VerbsResult<(u32, u32)> {
+        let _ = (pd, mw_type);
+        Err(unsupported("memory windows"))
+    }
+    /// `ibv_dealloc_mw`: invalidates the window if bound.
+    fn dealloc_mw(&self, mw: u32) -> VerbsResult<()> {
+        let _ = mw;
+        Err(unsupported("memory windows"))
+    }
+    /// `ibv_bind_mw` of type 1 window `mw` through QP `qpn`'s send queue; returns the
+    /// window's new rkey (valid once the bind completes, like any send WR).
+    fn bind_mw(&self, qpn: u32, mw: u32, bind: &MwBind) -> VerbsResult<u32> {
+        let _ = (qpn, mw, bind);
+        Err(unsupported("memory windows"))
+    }
+
+    /// `ibv_create_comp_channel`: returns the channel id.
+    fn create_comp_channel(&self) -> VerbsResult<u32> {
+        Err(unsupported("completion channels"))
+    }
+    /// `ibv_destroy_comp_channel`: EBUSY while CQs use it.
+    fn destroy_comp_channel(&self, channel: u32) -> VerbsResult<()> {
+        let _ = channel;
+        Err(unsupported("completion channels"))
+    }
+    /// The channel's file descriptor: readable while a completion event is pending (one
+    /// token per event), for poll/epoll. It belongs to the backend; do not close it.
+    fn comp_channel_fd(&self, channel: u32) -> VerbsResult<RawFd> {
+        let _ = channel;
+        Err(unsupported("completion channels"))
+    }
+    /// `ibv_req_notify_cq`: arm CQ `cq` so that its next completion (or next solicited one)
+    /// raises one event on its channel.
+    fn req_notify_cq(&self, cq: u32, solicited_only: bool) -> VerbsResult<()> {
+        let _ = (cq, solicited_only);
+        Err(unsupported("completion channels"))
+    }
+    /// `ibv_get_cq_event`: the CQ id of the next event on `channel`; waits up to `timeout`
+    /// (`None`: without limit; zero: not at all) and gives `Ok(None)` when none came.
+    fn get_cq_event(&self, channel: u32, timeout: Option<Duration>) -> VerbsResult<Option<u32>> {
+        let _ = (channel, timeout);
+        Err(unsupported("completion channels"))
+    }
+    /// `ibv_ack_cq_events`: acknowledge `count` events of CQ `cq` (destroying a CQ waits for
+    /// its events to be acknowledged).
+    fn ack_cq_events(&self, cq: u32, count: u32) -> VerbsResult<()> {
+        let _ = (cq, count);
+        Err(unsupported("completion channels"))
+    }
+
+    /// The async event file descriptor (`ibv_context::async_fd`): readable while an async
+    /// event is pending. It belongs to the backend; do not close it.
+    fn async_event_fd(&self) -> VerbsResult<RawFd> {
+        Err(unsupported("async events"))
+    }
+    /// `ibv_get_async_event`: waits up to `timeout` (`None`: without limit; zero: not at all)
+    /// and gives `Ok(None)` when no event came.
+    fn get_async_event(&self, timeout: Option<Duration>) -> VerbsResult<Option<AsyncEvent>> {
+        let _ = timeout;
+        Err(unsupported("async events"))
+    }
+    /// `ibv_ack_async_event`.
+    fn ack_async_event(&self, event: &AsyncEvent) -> VerbsResult<()> {
+        let _ = event;
+        Err(unsupported("async events"))
+    }
+}
+
+fn unsupported(what: &str) -> VerbsError {
+    VerbsError::NotSupported(format!("{what} are not supported by this backend"))
 }

@@ -9,17 +9,23 @@
 pub mod backend;
 pub mod device;
 pub mod error;
+pub mod event;
 pub mod flags;
+pub mod mw;
 pub mod qp;
 pub mod qp_transition;
+pub mod srq;
 pub mod wc;
 pub mod wr;
 
 pub use backend::{DeviceInfo, PostError, VerbsContext};
 pub use device::{DeviceAttr, Gid, GidEntry, GidType, Mtu, PortAttr, PortState};
 pub use error::{VerbsError, VerbsResult};
+pub use event::{AsyncElement, AsyncEvent, AsyncEventKind};
 pub use flags::{AccessFlags, SendFlags, WcFlags};
-pub use qp::{QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType};
+pub use mw::{BindMwWr, MwBind, MwBindInfo, MwType};
+pub use qp::{AhAttr, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType};
 pub use qp_transition::ModifyLimits;
+pub use srq::{SrqAttr, SrqAttrMask};
 pub use wc::{WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{RecvWr, SendWr, Sge, WrOpcode};

@@ -104,6 +104,8 @@ pub struct SendWr {
     pub ud: Option<UdDest>,
     /// What a FLUSH covers (`ibv_wr_flush`'s len, type and level).
     pub flush: FlushParams,
+    /// The window, new rkey and bind target of an IBV_WR_BIND_MW.
+    pub bind_mw: Option<crate::mw::BindMwWr>,
 }
 
 /// The parameters of a FLUSH WR (IBTA 1.5; `ibv_wr_flush(qp, rkey, addr, len, type, level)`).
@@ -164,6 +166,7 @@ impl SendWr {
             swap: 0,
             ud: None,
             flush: FlushParams::default(),
+            bind_mw: None,
         }
     }
 

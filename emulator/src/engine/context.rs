@@ -361,7 +361,12 @@ impl VerbsContext for EmuContext {
         self.dev().mem.deregister(lkey)
     }
 
-    fn create_cq(&self, cqe: u32) -> VerbsResult<(u32, u32)> {
+    fn create_cq(&self, cqe: u32, channel: Option<u32>) -> VerbsResult<(u32, u32)> {
+        if let Some(channel) = channel {
+            return Err(VerbsError::NotFound(format!(
+                "no completion channel {channel}"
+            )));
+        }
         if cqe == 0 || cqe > MAX_CQE {
             return Err(VerbsError::inval(format!("cqe {cqe} not in 1..={MAX_CQE}")));
         }

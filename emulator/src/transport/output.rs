@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use softverbs_api::WorkCompletion;
+use softverbs_api::{AsyncEvent, WorkCompletion};
 
 use crate::memory::MrTable;
 
@@ -55,12 +55,18 @@ pub struct Outputs {
     pub completions: Vec<Completion>,
     /// Set when the QP entered the error state during the call (an async event for the driver).
     pub entered_error: bool,
+    /// Async events the call raised (QP errors, SRQ limit, last WQE reached ...), in order;
+    /// the driver queues them on the device's async event channel.
+    pub events: Vec<AsyncEvent>,
 }
 
 impl Outputs {
     /// True if nothing was produced.
     pub fn is_empty(&self) -> bool {
-        self.packets.is_empty() && self.completions.is_empty() && !self.entered_error
+        self.packets.is_empty()
+            && self.completions.is_empty()
+            && !self.entered_error
+            && self.events.is_empty()
     }
 }
 
