@@ -638,10 +638,7 @@ fn a_duplicated_sequence_nak_costs_one_retry_and_one_rewind() {
     let mut out = Outputs::default();
     for _ in 0..2 {
         let repr = RoceRepr::parse(&nak).unwrap().0;
-        let env = Env {
-            mem: &p.a.mem,
-            now_ns: 1_000,
-        };
+        let env = Env::new(&p.a.mem, 1_000);
         p.a.qp.on_packet(&repr, &env, &mut out);
     }
     let resent: Vec<u32> = out

@@ -207,6 +207,10 @@ pub struct DeviceAttr {
     pub max_srq: u32,
     /// Maximum WRs per SRQ.
     pub max_srq_wr: u32,
+    /// Maximum SGEs per SRQ receive WR.
+    pub max_srq_sge: u32,
+    /// Maximum address handles.
+    pub max_ah: u32,
     /// Maximum inline data per send WR.
     pub max_inline_data: u32,
     /// Physical ports.

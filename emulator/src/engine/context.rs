@@ -10,9 +10,9 @@ use parking_lot::{Mutex, RwLock};
 use softverbs_api::backend::{MrKeys, PostError};
 use softverbs_api::qp_transition::{validate_modify, ModifyLimits};
 use softverbs_api::{
-    AccessFlags, DeviceAttr, Gid, GidEntry, GidType, Mtu, PortAttr, PortState, QpAttr, QpAttrMask,
-    QpCap, QpInitAttr, QpType, RecvWr, SendWr, VerbsContext, VerbsError, VerbsResult,
-    WorkCompletion,
+    AccessFlags, AhAttr, DeviceAttr, Gid, GidEntry, GidType, Mtu, PortAttr, PortState, QpAttr,
+    QpAttrMask, QpCap, QpInitAttr, RecvWr, SendWr, SrqAttr, SrqAttrMask, VerbsContext, VerbsError,
+    VerbsResult, WorkCompletion,
 };
 
 use super::clock::Clock;
@@ -20,7 +20,10 @@ use super::config::DeviceConfig;
 use super::cq::CompletionQueue;
 use crate::memory::MrTable;
 use crate::net::Link;
-use crate::transport::{CompletionTarget, Env, Outputs, TransportQp};
+use crate::transport::qp::ROCE_UDP_PORT;
+use crate::transport::{
+    AddressVector, AhTable, CompletionTarget, Env, NetHeader, Outputs, SharedRecvQueue, TransportQp,
+};
 
 /// Device limits, close to rxe's (rxe_param.h).
 pub const MAX_QP: u32 = 0x1_0000;
@@ -42,13 +45,22 @@ pub const MAX_INLINE_DATA: u32 = 400;
 pub const MAX_RD_ATOMIC: u32 = 128;
 /// First QP number handed out (rxe starts above the special QPs 0 and 1).
 pub const FIRST_QPN: u32 = 0x11;
+/// Most SRQs (rxe_param.h).
+pub const MAX_SRQ: u32 = 0x4_0000;
+/// Most WRs per SRQ.
+pub const MAX_SRQ_WR: u32 = 0x4000;
+/// Most SGEs per SRQ receive WR.
+pub const MAX_SRQ_SGE: u32 = 27;
+/// Most address handles.
+pub const MAX_AH: u32 = 0x3ffe;
 
-/// A QP and the CQs it completes into.
+/// A QP, the CQs it completes into and the SRQ it receives from.
 pub(crate) struct QpEntry {
     pub(crate) qp: Mutex<TransportQp>,
     pub(crate) init: QpInitAttr,
     pub(crate) send_cq: Arc<CompletionQueue>,
     pub(crate) recv_cq: Arc<CompletionQueue>,
+    pub(crate) srq: Option<Arc<Mutex<SharedRecvQueue>>>,
 }
 
 /// Device-wide counters of packets that never reached a QP.
@@ -81,7 +93,10 @@ pub struct Device {
     pds: Mutex<HashMap<u32, ()>>,
     cqs: RwLock<HashMap<u32, Arc<CompletionQueue>>>,
     pub(crate) qps: RwLock<HashMap<u32, Arc<QpEntry>>>,
+    srqs: RwLock<HashMap<u32, Arc<Mutex<SharedRecvQueue>>>>,
+    ahs: RwLock<AhTable>,
     next_pd: AtomicU32,
+    next_srq: AtomicU32,
     next_cq: AtomicU32,
     next_qpn: AtomicU32,
 }
@@ -100,17 +115,37 @@ impl Device {
             pds: Mutex::new(HashMap::new()),
             cqs: RwLock::new(HashMap::new()),
             qps: RwLock::new(HashMap::new()),
+            srqs: RwLock::new(HashMap::new()),
+            ahs: RwLock::new(AhTable::default()),
             next_pd: AtomicU32::new(1),
+            next_srq: AtomicU32::new(1),
             next_cq: AtomicU32::new(1),
             next_qpn: AtomicU32::new(FIRST_QPN),
         }
     }
 
-    pub(crate) fn env(&self) -> Env<'_> {
-        Env {
+    /// Runs a transport call on the QP of `entry` under its lock, with the environment it
+    /// needs (memory, address handles, its SRQ, the received packet's IP header), and
+    /// delivers what the call produced.
+    pub(crate) fn on_qp<R>(
+        &self,
+        entry: &QpEntry,
+        rx: Option<NetHeader>,
+        call: impl FnOnce(&mut TransportQp, &Env<'_>, &mut Outputs) -> R,
+    ) -> R {
+        let ahs = self.ahs.read();
+        let mut qp = entry.qp.lock();
+        let env = Env {
             mem: &self.mem,
             now_ns: self.clock.now_ns(),
-        }
+            srq: entry.srq.as_deref(),
+            ahs: Some(&ahs),
+            rx,
+        };
+        let mut out = Outputs::default();
+        let result = call(&mut qp, &env, &mut out);
+        self.deliver(entry, &qp, &mut out);
+        result
     }
 
     fn active_mtu(&self) -> Mtu {
@@ -133,6 +168,8 @@ impl Device {
             cq.push_all([c.wc]);
         }
         out.entered_error = false;
+        // Async events (SRQ limit, last WQE, QP errors) have no consumer yet.
+        out.events.clear();
         if let Some(d) = qp.next_deadline_ns() {
             self.deadline_hint_ns.fetch_min(d, Ordering::AcqRel);
         }
@@ -144,6 +181,14 @@ impl Device {
             .get(&qpn)
             .cloned()
             .ok_or_else(|| VerbsError::NotFound(format!("no QP {qpn:#x}")))
+    }
+
+    fn srq(&self, srq: u32) -> VerbsResult<Arc<Mutex<SharedRecvQueue>>> {
+        self.srqs
+            .read()
+            .get(&srq)
+            .cloned()
+            .ok_or_else(|| VerbsError::NotFound(format!("no SRQ {srq}")))
     }
 
     fn cq(&self, cq: u32) -> VerbsResult<Arc<CompletionQueue>> {
@@ -162,21 +207,30 @@ impl Device {
         }
     }
 
+    /// Checks an address vector (of a QP path or an AH) against this device.
+    fn check_av(&self, av: &AhAttr) -> VerbsResult<()> {
+        if av.dgid.is_zero() {
+            return Err(VerbsError::inval("destination GID is zero"));
+        }
+        let dst = av.dgid.to_ip();
+        if dst.is_ipv4() != self.config.ip.is_ipv4() {
+            return Err(VerbsError::inval(format!(
+                "destination GID {} is not reachable from {} (address family)",
+                av.dgid, self.config.ip
+            )));
+        }
+        if av.sgid_index > 1 {
+            return Err(VerbsError::inval(format!(
+                "sgid_index {} is beyond the GID table",
+                av.sgid_index
+            )));
+        }
+        Ok(())
+    }
+
     fn check_path(&self, attr: &QpAttr, mask: QpAttrMask) -> VerbsResult<()> {
         if mask.contains(QpAttrMask::AV) {
-            let dst = attr.ah_attr.dgid.to_ip();
-            if dst.is_ipv4() != self.config.ip.is_ipv4() {
-                return Err(VerbsError::inval(format!(
-                    "destination GID {} is not reachable from {} (address family)",
-                    attr.ah_attr.dgid, self.config.ip
-                )));
-            }
-            if attr.ah_attr.sgid_index > 1 {
-                return Err(VerbsError::inval(format!(
-                    "sgid_index {} is beyond the GID table",
-                    attr.ah_attr.sgid_index
-                )));
-            }
+            self.check_av(&attr.ah_attr)?;
         }
         if mask.contains(QpAttrMask::PATH_MTU) && attr.path_mtu > self.active_mtu() {
             return Err(VerbsError::inval(format!(
@@ -248,11 +302,7 @@ impl EmuContext {
         let entry = dev
             .qp_entry(qpn)
             .map_err(|error| PostError { index: 0, error })?;
-        let mut qp = entry.qp.lock();
-        let mut out = Outputs::default();
-        let result = call(&mut qp, &dev.env(), &mut out);
-        dev.deliver(&entry, &qp, &mut out);
-        result
+        dev.on_qp(&entry, None, call)
     }
 
     /// Device-wide packet counters.
@@ -290,8 +340,10 @@ impl VerbsContext for EmuContext {
             max_pd: MAX_PD,
             max_qp_rd_atom: MAX_RD_ATOMIC,
             max_qp_init_rd_atom: MAX_RD_ATOMIC,
-            max_srq: 0,
-            max_srq_wr: 0,
+            max_srq: MAX_SRQ,
+            max_srq_wr: MAX_SRQ_WR,
+            max_srq_sge: MAX_SRQ_SGE,
+            max_ah: MAX_AH,
             max_inline_data: MAX_INLINE_DATA,
             phys_port_cnt: 1,
         })
@@ -345,8 +397,11 @@ impl VerbsContext for EmuContext {
         let dev = self.dev();
         dev.check_pd(pd)?;
         let qp_uses = dev.qps.read().values().any(|e| e.qp.lock().pd == pd);
-        if qp_uses || dev.mem.pd_in_use(pd) {
-            return Err(VerbsError::Busy(format!("PD {pd} still has MRs or QPs")));
+        let srq_uses = dev.srqs.read().values().any(|s| s.lock().pd == pd);
+        if qp_uses || srq_uses || dev.mem.pd_in_use(pd) || dev.ahs.read().pd_in_use(pd) {
+            return Err(VerbsError::Busy(format!(
+                "PD {pd} still has MRs, QPs, SRQs or AHs"
+            )));
         }
         dev.pds.lock().remove(&pd);
         Ok(())
@@ -401,19 +456,14 @@ impl VerbsContext for EmuContext {
     fn create_qp(&self, pd: u32, init: &QpInitAttr) -> VerbsResult<(u32, QpCap)> {
         let dev = self.dev();
         dev.check_pd(pd)?;
-        if init.qp_type != QpType::Rc {
-            return Err(VerbsError::NotSupported(format!(
-                "{:?} QPs are not implemented by the emulator yet",
-                init.qp_type
-            )));
+        let srq = init.srq.map(|id| dev.srq(id)).transpose()?;
+        let mut c = init.cap;
+        if srq.is_some() {
+            // The SRQ is the receive queue; the QP has none of its own (as in rxe).
+            c.max_recv_wr = 0;
+            c.max_recv_sge = 0;
         }
-        if init.srq.is_some() {
-            return Err(VerbsError::NotSupported(
-                "SRQs are not implemented yet".into(),
-            ));
-        }
-        let c = init.cap;
-        if c.max_send_wr == 0 && c.max_recv_wr == 0 {
+        if c.max_send_wr == 0 && c.max_recv_wr == 0 && srq.is_none() {
             return Err(VerbsError::inval("a QP needs a send or a receive queue"));
         }
         if c.max_send_wr > MAX_QP_WR || c.max_recv_wr > MAX_QP_WR {
@@ -440,10 +490,16 @@ impl VerbsContext for EmuContext {
         let qpn = dev.next_qpn.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
         let granted = QpCap {
             max_send_sge: c.max_send_sge.max(1),
-            max_recv_sge: c.max_recv_sge.max(1),
+            max_recv_sge: if srq.is_some() {
+                0
+            } else {
+                c.max_recv_sge.max(1)
+            },
             ..c
         };
-        let qp = TransportQp::new(qpn, init.qp_type, pd, init.sq_sig_all, granted);
+        let qp = TransportQp::new(qpn, init.qp_type, pd, init.sq_sig_all, granted)
+            .with_srq(init.srq)
+            .with_port_mtu(dev.active_mtu());
         qps.insert(
             qpn,
             Arc::new(QpEntry {
@@ -451,6 +507,7 @@ impl VerbsContext for EmuContext {
                 init: *init,
                 send_cq,
                 recv_cq,
+                srq,
             }),
         );
         Ok((qpn, granted))
@@ -459,17 +516,16 @@ impl VerbsContext for EmuContext {
     fn modify_qp(&self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> VerbsResult<()> {
         let dev = self.dev();
         let entry = dev.qp_entry(qpn)?;
-        let mut qp = entry.qp.lock();
         let limits = ModifyLimits {
             max_qp_rd_atom: MAX_RD_ATOMIC,
             max_qp_init_rd_atom: MAX_RD_ATOMIC,
         };
-        validate_modify(qp.qp_type, qp.state(), attr, mask, &limits)?;
         dev.check_path(attr, mask)?;
-        let mut out = Outputs::default();
-        qp.apply_modify(attr, mask, &mut out);
-        dev.deliver(&entry, &qp, &mut out);
-        Ok(())
+        dev.on_qp(&entry, None, |qp, _, out| {
+            validate_modify(qp.qp_type, qp.state(), attr, mask, &limits)?;
+            qp.apply_modify(attr, mask, out);
+            Ok(())
+        })
     }
 
     fn query_qp(&self, qpn: u32) -> VerbsResult<(QpAttr, QpInitAttr)> {
@@ -499,5 +555,101 @@ impl VerbsContext for EmuContext {
 
     fn post_recv(&self, qpn: u32, wrs: &[RecvWr]) -> Result<(), PostError> {
         self.with_qp(qpn, |qp, _, out| qp.post_recv(wrs, out))
+    }
+
+    fn post_srq_recv(&self, srq: u32, wrs: &[RecvWr]) -> Result<(), PostError> {
+        let queue = self
+            .dev()
+            .srq(srq)
+            .map_err(|error| PostError { index: 0, error })?;
+        let mut queue = queue.lock();
+        queue.post(wrs)
+    }
+
+    fn create_srq(&self, pd: u32, attr: &SrqAttr) -> VerbsResult<(u32, SrqAttr)> {
+        let dev = self.dev();
+        dev.check_pd(pd)?;
+        if attr.max_wr == 0 || attr.max_wr > MAX_SRQ_WR {
+            return Err(VerbsError::inval(format!(
+                "SRQ max_wr {} not in 1..={MAX_SRQ_WR}",
+                attr.max_wr
+            )));
+        }
+        if attr.max_sge > MAX_SRQ_SGE {
+            return Err(VerbsError::inval(format!(
+                "SRQ max_sge {} above {MAX_SRQ_SGE}",
+                attr.max_sge
+            )));
+        }
+        if attr.srq_limit > attr.max_wr {
+            return Err(VerbsError::inval(format!(
+                "SRQ limit {} above max_wr {}",
+                attr.srq_limit, attr.max_wr
+            )));
+        }
+        let mut srqs = dev.srqs.write();
+        if srqs.len() >= MAX_SRQ as usize {
+            return Err(VerbsError::nomem("SRQ table full"));
+        }
+        let granted = SrqAttr {
+            max_sge: attr.max_sge.max(1),
+            ..*attr
+        };
+        let id = dev.next_srq.fetch_add(1, Ordering::Relaxed);
+        let queue = SharedRecvQueue::new(id, pd, &granted);
+        srqs.insert(id, Arc::new(Mutex::new(queue)));
+        Ok((id, granted))
+    }
+
+    fn modify_srq(&self, srq: u32, attr: &SrqAttr, mask: SrqAttrMask) -> VerbsResult<()> {
+        self.dev().srq(srq)?.lock().modify(attr, mask, MAX_SRQ_WR)
+    }
+
+    fn query_srq(&self, srq: u32) -> VerbsResult<SrqAttr> {
+        Ok(self.dev().srq(srq)?.lock().attr())
+    }
+
+    fn destroy_srq(&self, srq: u32) -> VerbsResult<()> {
+        let dev = self.dev();
+        let queue = dev.srq(srq)?;
+        let in_use = dev
+            .qps
+            .read()
+            .values()
+            .any(|e| e.srq.as_ref().is_some_and(|s| Arc::ptr_eq(s, &queue)));
+        if in_use {
+            return Err(VerbsError::Busy(format!("SRQ {srq} still has QPs")));
+        }
+        dev.srqs.write().remove(&srq);
+        Ok(())
+    }
+
+    fn create_ah(&self, pd: u32, attr: &AhAttr) -> VerbsResult<u32> {
+        let dev = self.dev();
+        dev.check_pd(pd)?;
+        dev.check_av(attr)?;
+        if attr.port_num > 1 {
+            return Err(VerbsError::inval(format!(
+                "no port {} (ports: 1)",
+                attr.port_num
+            )));
+        }
+        let av = AddressVector {
+            pd,
+            dst_ip: attr.dgid.to_ip(),
+            udp_dst_port: attr.udp_dport.unwrap_or(ROCE_UDP_PORT),
+        };
+        dev.ahs
+            .write()
+            .insert(av, MAX_AH as usize)
+            .ok_or_else(|| VerbsError::nomem("address handle table full"))
+    }
+
+    fn destroy_ah(&self, ah: u32) -> VerbsResult<()> {
+        if self.dev().ahs.write().remove(ah) {
+            Ok(())
+        } else {
+            Err(VerbsError::NotFound(format!("no address handle {ah}")))
+        }
     }
 }

@@ -21,6 +21,25 @@ use crate::wire::{
 /// rxe's UDP source ports are `0xC000 | (flow label bits)`, never below this.
 pub const RXE_MIN_SRC_PORT: u16 = 0xC000;
 
+/// The IPv4 identification the datagram travelled with, as the ICRC check sees it: what the
+/// link reported, 0 for softverbs senders (DF), or the solved value for rxe-style senders.
+/// `None` for IPv6 or when no identification fits.
+pub fn ipv4_identification(d: &InDatagram) -> Option<u16> {
+    match (d.src.ip(), d.dst.ip()) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => d.ipv4_identification.or_else(|| {
+            if d.src.port() < RXE_MIN_SRC_PORT {
+                Some(0)
+            } else {
+                match solve_ipv4_identification(src, dst, d.src.port(), d.dst.port(), &d.payload) {
+                    Some(IpHeaderInfo::V4 { identification, .. }) => Some(identification),
+                    _ => None,
+                }
+            }
+        }),
+        _ => None,
+    }
+}
+
 /// True if the datagram's ICRC is right for the header it most plausibly travelled with.
 pub fn icrc_ok(d: &InDatagram) -> bool {
     let (sport, dport) = (d.src.port(), d.dst.port());

@@ -246,10 +246,7 @@ impl SimPair {
         let mut out = Outputs::default();
         let now_ns = self.now_ns;
         let node = self.node(side);
-        let env = Env {
-            mem: &node.mem,
-            now_ns,
-        };
+        let env = Env::new(&node.mem, now_ns);
         let result = call(&mut node.qp, &env, &mut out);
         self.absorb(side, out);
         result

@@ -23,6 +23,9 @@ pub struct Counters {
     pub seq_err_naks_received: u64,
     /// Duplicate requests seen by the responder.
     pub duplicate_requests: u64,
-    /// Packets dropped as invalid for the QP's state or sequence.
+    /// Packets dropped as invalid for the QP's state or sequence (and UC / UD messages that
+    /// could not be received).
     pub dropped_packets: u64,
+    /// UD packets dropped because their Q_Key did not match the QP's.
+    pub qkey_violations: u64,
 }

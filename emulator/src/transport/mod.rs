@@ -2,23 +2,30 @@
 //!
 //! - [`requester`] turns posted send WRs into request packets (segmentation, PSNs, ack-req),
 //! - [`responder`] executes incoming requests against memory and answers with ACK / NAK,
-//! - [`completer`] consumes ACKs and NAKs, retransmits and produces send completions.
+//! - [`completer`] consumes ACKs and NAKs, retransmits and produces send completions,
+//! - [`ud`] receives datagrams on UD QPs; [`srq`] is a receive queue QPs share.
 //!
 //! Inputs are posted WRs, parsed packets and the current time (`now_ns`, supplied by the
 //! caller); outputs are packets, completions and the next deadline. Nothing here opens a
 //! socket, spawns a thread or reads a clock, so tests drive it deterministically.
 
+pub mod address;
 pub mod completer;
 pub mod counters;
 pub mod output;
 pub mod qp;
+pub mod recv_queue;
 pub mod requester;
 pub mod responder;
+pub mod srq;
 pub mod syndrome;
 pub mod timers;
+pub mod ud;
 pub mod validate;
 pub mod wqe;
 
+pub use address::{AddressVector, AhTable, NetHeader};
 pub use counters::Counters;
 pub use output::{Completion, CompletionTarget, Env, OutPacket, Outputs};
 pub use qp::{PathInfo, TransportQp};
+pub use srq::SharedRecvQueue;

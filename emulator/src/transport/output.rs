@@ -4,14 +4,38 @@ use std::net::IpAddr;
 
 use softverbs_api::{AsyncEvent, WorkCompletion};
 
+use parking_lot::Mutex;
+
+use super::address::{AhTable, NetHeader};
+use super::srq::SharedRecvQueue;
 use crate::memory::MrTable;
 
-/// What a transport call may use besides the QP: the device's memory and the current time.
+/// What a transport call may use besides the QP: the device's memory and address handles,
+/// the QP's SRQ, the current time and, for a received packet, the IP header it came with.
 pub struct Env<'a> {
     /// The device's memory regions.
     pub mem: &'a MrTable,
     /// Current time in nanoseconds on the driver's clock (monotonic; virtual in simulations).
     pub now_ns: u64,
+    /// The SRQ of the QP, if it has one.
+    pub srq: Option<&'a Mutex<SharedRecvQueue>>,
+    /// The device's address handles (UD sends resolve theirs at post time).
+    pub ahs: Option<&'a AhTable>,
+    /// The network header of the packet being handled (UD receives report it in the GRH).
+    pub rx: Option<NetHeader>,
+}
+
+impl<'a> Env<'a> {
+    /// An environment with memory and time only (no SRQ, no AHs, no received header).
+    pub fn new(mem: &'a MrTable, now_ns: u64) -> Env<'a> {
+        Env {
+            mem,
+            now_ns,
+            srq: None,
+            ahs: None,
+            rx: None,
+        }
+    }
 }
 
 /// A RoCE packet ready to go out, except for its ICRC (which depends on the IP header the

@@ -3,8 +3,9 @@
 use std::net::IpAddr;
 
 use softverbs_api::{
-    backend::PostError, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr,
-    VerbsError, VerbsResult, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    backend::PostError, AsyncElement, AsyncEvent, AsyncEventKind, Mtu, QpAttr, QpAttrMask, QpCap,
+    QpState, QpType, RecvWr, SendFlags, SendWr, VerbsError, VerbsResult, WcFlags, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 
 use super::completer::CompleterState;
@@ -14,9 +15,9 @@ use super::requester::RequesterState;
 use super::responder::ResponderState;
 use super::timers::QpTimers;
 use super::validate::{check_recv_wr, check_send_wr};
-use super::wqe::{RecvWqe, SendWqe, WorkQueue};
+use super::wqe::{RecvWqe, SendWqe, UdTarget, WorkQueue};
 use super::{completer, requester, responder};
-use crate::wire::{rc_udp_src_port, Psn, RoceRepr};
+use crate::wire::{rc_udp_src_port, ud_udp_src_port, Psn, RoceRepr};
 
 /// UDP port of RoCEv2.
 pub const ROCE_UDP_PORT: u16 = 4791;
@@ -53,6 +54,10 @@ pub struct TransportQp {
     pub sq: WorkQueue<SendWqe>,
     /// Receive queue (unused when the QP has an SRQ).
     pub rq: WorkQueue<RecvWqe>,
+    /// The SRQ the QP takes receive WQEs from instead of `rq`.
+    pub srq: Option<u32>,
+    /// The port's active MTU: the largest UD message.
+    pub port_mtu: Mtu,
     /// Requester progress.
     pub req: RequesterState,
     /// Responder progress.
@@ -82,12 +87,32 @@ impl TransportQp {
             path: None,
             sq: WorkQueue::new(cap.max_send_wr as usize),
             rq: WorkQueue::new(cap.max_recv_wr as usize),
+            srq: None,
+            port_mtu: Mtu::Mtu1024,
             req: RequesterState::default(),
             resp: ResponderState::default(),
             comp: CompleterState::default(),
             timers: QpTimers::default(),
             counters: Counters::default(),
         }
+    }
+
+    /// The same QP taking its receive WQEs from SRQ `srq`.
+    pub fn with_srq(mut self, srq: Option<u32>) -> Self {
+        self.srq = srq;
+        self
+    }
+
+    /// The same QP on a port whose active MTU is `mtu` (bounds UD messages).
+    pub fn with_port_mtu(mut self, mtu: Mtu) -> Self {
+        self.port_mtu = mtu;
+        self
+    }
+
+    /// True for the transports without acknowledgements (UC, UD): a send completes once its
+    /// packets are out.
+    pub fn is_unreliable(&self) -> bool {
+        self.qp_type != QpType::Rc
     }
 
     /// Current state.
@@ -137,7 +162,11 @@ impl TransportQp {
             self.path = Some(PathInfo {
                 dst_ip: self.attr.ah_attr.dgid.to_ip(),
                 udp_dst_port: self.attr.ah_attr.udp_dport.unwrap_or(ROCE_UDP_PORT),
-                udp_src_port: rc_udp_src_port(self.qpn, self.attr.dest_qp_num),
+                udp_src_port: if self.qp_type == QpType::Ud {
+                    ud_udp_src_port(self.qpn)
+                } else {
+                    rc_udp_src_port(self.qpn, self.attr.dest_qp_num)
+                },
             });
         }
         if mask.contains(QpAttrMask::STATE) {
@@ -153,7 +182,9 @@ impl TransportQp {
     /// Back to RESET: queues emptied without completions, as ibv_modify_qp(3) says.
     fn reset(&mut self) {
         let cap = self.cap;
-        *self = TransportQp::new(self.qpn, self.qp_type, self.pd, self.sq_sig_all, cap);
+        *self = TransportQp::new(self.qpn, self.qp_type, self.pd, self.sq_sig_all, cap)
+            .with_srq(self.srq)
+            .with_port_mtu(self.port_mtu);
     }
 
     /// Moves the QP to ERR and flushes every outstanding WR with WR_FLUSH_ERR, in order.
@@ -161,6 +192,13 @@ impl TransportQp {
         if self.attr.qp_state != QpState::Err {
             self.attr.qp_state = QpState::Err;
             out.entered_error = true;
+            if self.srq.is_some() {
+                // Nothing more of the SRQ will be consumed by this QP (IB spec 11.6.3.3).
+                out.events.push(AsyncEvent {
+                    kind: AsyncEventKind::QpLastWqeReached,
+                    element: AsyncElement::Qp(self.qpn),
+                });
+            }
         }
         self.timers = QpTimers::default();
         self.flush(out);
@@ -234,6 +272,11 @@ impl TransportQp {
                 self.cap.max_send_wr
             )));
         }
+        let ud = if self.qp_type == QpType::Ud {
+            Some(self.ud_target(wr, env)?)
+        } else {
+            None
+        };
         let inline = wr.send_flags.contains(SendFlags::INLINE);
         let data = if inline {
             // Inline data is read now, so the caller may reuse the buffer on return. The
@@ -274,6 +317,7 @@ impl TransportQp {
             compare: wr.compare_add,
             fenced: wr.send_flags.contains(SendFlags::FENCE),
             flush: wr.flush,
+            ud,
             status: None,
         };
         self.sq
@@ -281,8 +325,62 @@ impl TransportQp {
             .map_err(|_| VerbsError::nomem("send queue full"))
     }
 
+    /// Where a UD send goes: its address handle, the remote QPN and the Q_Key (a Q_Key with
+    /// the high bit set means the QP's own, as the IB spec says). The message must fit in one
+    /// packet of the port's MTU.
+    fn ud_target(&self, wr: &SendWr, env: &Env<'_>) -> VerbsResult<UdTarget> {
+        let dest = wr
+            .ud
+            .ok_or_else(|| VerbsError::inval("a UD send needs a destination (address handle)"))?;
+        let av = env
+            .ahs
+            .and_then(|ahs| ahs.get(dest.ah))
+            .ok_or_else(|| VerbsError::inval(format!("no address handle {}", dest.ah)))?;
+        if av.pd != self.pd {
+            return Err(VerbsError::inval(format!(
+                "address handle {} belongs to PD {}, the QP to PD {}",
+                dest.ah, av.pd, self.pd
+            )));
+        }
+        let length = wr.total_length();
+        let mtu = u64::from(self.port_mtu.bytes());
+        if length > mtu {
+            return Err(VerbsError::inval(format!(
+                "UD message of {length} bytes exceeds the MTU {mtu}"
+            )));
+        }
+        if dest.remote_qpn > Psn::MASK {
+            return Err(VerbsError::inval(format!(
+                "remote QPN {:#x} is beyond 24 bits",
+                dest.remote_qpn
+            )));
+        }
+        let qkey = if dest.remote_qkey & 0x8000_0000 != 0 {
+            self.attr.qkey
+        } else {
+            dest.remote_qkey
+        };
+        Ok(UdTarget {
+            path: PathInfo {
+                dst_ip: av.dst_ip,
+                udp_dst_port: av.udp_dst_port,
+                udp_src_port: ud_udp_src_port(self.qpn),
+            },
+            dest_qpn: dest.remote_qpn,
+            qkey,
+        })
+    }
+
     /// `ibv_post_recv`: checks and queues each WR.
     pub fn post_recv(&mut self, wrs: &[RecvWr], out: &mut Outputs) -> Result<(), PostError> {
+        if self.srq.is_some() {
+            return Err(PostError {
+                index: 0,
+                error: VerbsError::inval(
+                    "this QP takes its receive WRs from an SRQ: post them with post_srq_recv",
+                ),
+            });
+        }
         let mut result = Ok(());
         for (index, wr) in wrs.iter().enumerate() {
             let checked = check_recv_wr(self.state(), &self.cap, wr).and_then(|()| {

@@ -8,7 +8,9 @@ use super::output::{Env, OutPacket, Outputs};
 use super::qp::TransportQp;
 use super::syndrome::ack_timeout_ns;
 use super::wqe::SendWqe;
-use crate::wire::{AtomicEthRepr, BthRepr, FethRepr, Opcode, Position, Psn, RethRepr, RoceRepr};
+use crate::wire::{
+    AtomicEthRepr, BthRepr, DethRepr, FethRepr, Opcode, Position, Psn, RethRepr, RoceRepr,
+};
 
 /// Most PSNs in flight without an ACK (rxe's RXE_MAX_UNACKED_PSNS).
 pub const MAX_UNACKED_PSNS: i32 = 128;
@@ -71,11 +73,19 @@ pub fn run(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
     if !matches!(qp.state(), QpState::Rts | QpState::Sqd) || qp.timers.rnr_retry_at_ns.is_some() {
         return;
     }
-    let Some(path) = qp.path else { return };
-    let mtu = qp.attr.path_mtu.bytes() as u64;
+    // UD sends carry their own destination; RC and UC use the path set at RTR.
+    let qp_path = qp.path;
+    let mtu = if qp.qp_type == QpType::Ud {
+        qp.port_mtu.bytes() as u64
+    } else {
+        qp.attr.path_mtu.bytes() as u64
+    };
     loop {
         let index = qp.req.wqe_index;
         let Some(wqe) = qp.sq.get(index) else { break };
+        let Some(path) = wqe.ud.map(|t| t.path).or(qp_path) else {
+            break;
+        };
         if wqe.status.is_some() {
             // A WQE that failed locally: it completes in order, once all before it did.
             if index == 0 {
@@ -127,6 +137,11 @@ pub fn run(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
         if is_last {
             qp.req.wqe_index += 1;
             qp.req.packet_index = 0;
+            if qp.is_unreliable() {
+                // No ACK will come: the send is complete once its last packet is out.
+                qp.comp.una = qp.req.next_psn;
+                completer::complete_local(qp, WcStatus::Success, out);
+            }
         } else {
             qp.req.packet_index += 1;
         }
@@ -214,6 +229,7 @@ fn build_packet(
             data.get(offset as usize..offset as usize + len)?
         }
     };
+    let dest_qp = wqe.ud.map_or(qp.attr.dest_qp_num, |t| t.dest_qpn);
     let mut repr = RoceRepr::new(
         BthRepr {
             // SE matters only where a receive completes: SENDs and WRITE with immediate.
@@ -227,7 +243,7 @@ fn build_packet(
                         | WrOpcode::RdmaWriteWithImm
                 ),
             ack_req,
-            ..BthRepr::new(opcode, qp.attr.dest_qp_num, qp.req.next_psn)
+            ..BthRepr::new(opcode, dest_qp, qp.req.next_psn)
         },
         payload,
     );
@@ -269,6 +285,12 @@ fn build_packet(
     }
     if info.headers.contains(crate::wire::HeaderSet::IETH) {
         repr.ieth = Some(wqe.invalidate_rkey);
+    }
+    if let Some(target) = wqe.ud {
+        repr.deth = Some(DethRepr {
+            qkey: target.qkey,
+            src_qp: qp.qpn,
+        });
     }
     // A READ request stands for all its (remaining) response PSNs; everything else uses one
     // per packet.

@@ -8,6 +8,7 @@ use softverbs_api::{AccessFlags, QpState, QpType, WcFlags, WcOpcode, WcStatus, W
 
 use super::output::{Completion, CompletionTarget, Env, OutPacket, Outputs};
 use super::qp::TransportQp;
+use super::recv_queue;
 use super::wqe::RecvWqe;
 use crate::memory::MemError;
 use crate::wire::{
@@ -63,6 +64,8 @@ pub struct ResponderState {
     /// Answers of the latest atomics, oldest first, at most `max_dest_rd_atomic` of them (the
     /// requester never has more outstanding, so a retransmitted atomic is always here).
     pub atomic_replay: VecDeque<AtomicReplay>,
+    /// UC: the current message lost a packet; drop everything up to the next FIRST / ONLY.
+    pub drop_msg: bool,
 }
 
 impl ResponderState {
@@ -96,6 +99,38 @@ pub fn on_request(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: 
         qp.counters.dropped_packets += 1;
         return;
     }
+    match qp.qp_type {
+        QpType::Ud => return super::ud::on_request(qp, pkt, info, env, out),
+        QpType::Uc => {
+            if !uc_in_sequence(qp, pkt, info, env) {
+                return;
+            }
+        }
+        QpType::Rc => {
+            if !rc_in_sequence(qp, pkt, info, env, out) {
+                return;
+            }
+        }
+    }
+    match info.kind {
+        OpKind::Send => receive_send(qp, pkt, info, env, out),
+        OpKind::RdmaWrite => receive_write(qp, pkt, info, env, out),
+        OpKind::ReadRequest => execute_read(qp, pkt, env, out, false),
+        OpKind::CompareSwap | OpKind::FetchAdd => execute_atomic(qp, pkt, info, env, out),
+        OpKind::AtomicWrite | OpKind::Flush => execute_write_or_flush(qp, pkt, info, env, out),
+        _ => nak_and_fail(qp, pkt.bth.psn, NakCode::InvalidRequest, None, out),
+    }
+}
+
+/// RC: a request is executed only at the expected PSN. A gap earns one PSN sequence NAK, a
+/// duplicate its old answer; a new message may start only once the previous one ended.
+fn rc_in_sequence(
+    qp: &mut TransportQp,
+    pkt: &RoceRepr<'_>,
+    info: &OpcodeInfo,
+    env: &Env<'_>,
+    out: &mut Outputs,
+) -> bool {
     let psn = pkt.bth.psn;
     let distance = psn.diff(qp.resp.epsn);
     if distance > 0 {
@@ -108,17 +143,57 @@ pub fn on_request(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: 
             let nak = AethRepr::nak(NakCode::PsnSequenceError, qp.resp.msn);
             send_ack(qp, epsn, nak, out);
         }
-        return;
+        return false;
     }
     if distance < 0 {
         qp.counters.duplicate_requests += 1;
         answer_duplicate(qp, pkt, info, env, out);
-        return;
+        return false;
     }
     qp.resp.nak_sent = false;
-    // A new message may start only once the previous one got its LAST packet; a READ or an
-    // atomic is a whole message in one packet.
-    let starts = info.is_first()
+    if starts_message(info) && qp.resp.in_message() {
+        nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
+        return false;
+    }
+    true
+}
+
+/// UC: no ACKs and no retransmissions. A missing packet drops the whole message it belongs
+/// to (its receive WQE is used again for the next one); the next FIRST or ONLY packet starts
+/// over at whatever PSN it carries (as rxe's check_psn / check_op_seq do).
+fn uc_in_sequence(
+    qp: &mut TransportQp,
+    pkt: &RoceRepr<'_>,
+    info: &OpcodeInfo,
+    env: &Env<'_>,
+) -> bool {
+    let starts = starts_message(info);
+    if qp.resp.drop_msg || pkt.bth.psn != qp.resp.epsn {
+        abandon_message(qp, env);
+        if !starts {
+            qp.resp.drop_msg = true;
+            qp.counters.dropped_packets += 1;
+            return false;
+        }
+        qp.resp.drop_msg = false;
+    }
+    if starts && qp.resp.in_message() {
+        // The previous message never got its LAST: it is dropped, this one starts.
+        abandon_message(qp, env);
+    }
+    if !starts && !qp.resp.in_message() {
+        // The FIRST of this message was dropped (no receive WQE, say): so is the rest.
+        qp.resp.drop_msg = true;
+        qp.counters.dropped_packets += 1;
+        return false;
+    }
+    true
+}
+
+/// True for the packets that begin a message: FIRST and ONLY (READs and atomics are whole
+/// messages in one packet).
+fn starts_message(info: &OpcodeInfo) -> bool {
+    info.is_first()
         || matches!(
             info.kind,
             OpKind::ReadRequest
@@ -126,18 +201,45 @@ pub fn on_request(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: 
                 | OpKind::FetchAdd
                 | OpKind::AtomicWrite
                 | OpKind::Flush
-        );
-    if starts && qp.resp.in_message() {
-        nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
-        return;
+        )
+}
+
+/// Forgets the message being received without completing it; its receive WQE goes back to
+/// where it came from, unused.
+fn abandon_message(qp: &mut TransportQp, env: &Env<'_>) {
+    qp.resp.write = None;
+    if let Some(current) = qp.resp.current.take() {
+        recv_queue::give_back(qp, env, current.wqe);
     }
-    match info.kind {
-        OpKind::Send => receive_send(qp, pkt, info, env, out),
-        OpKind::RdmaWrite => receive_write(qp, pkt, info, env, out),
-        OpKind::ReadRequest => execute_read(qp, pkt, env, out, false),
-        OpKind::CompareSwap | OpKind::FetchAdd => execute_atomic(qp, pkt, info, env, out),
-        OpKind::AtomicWrite | OpKind::Flush => execute_write_or_flush(qp, pkt, info, env, out),
-        _ => nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out),
+}
+
+/// UC: a message that cannot be received is dropped, and the QP stays usable (rxe's class
+/// D). Its receive WQE, if it took one, is used again; an SRQ's WQE instead completes with
+/// `srq_status` (class E), as rxe does.
+fn uc_drop(
+    qp: &mut TransportQp,
+    env: &Env<'_>,
+    wqe: Option<RecvWqe>,
+    srq_status: WcStatus,
+    out: &mut Outputs,
+) {
+    qp.resp.drop_msg = true;
+    qp.resp.write = None;
+    qp.counters.dropped_packets += 1;
+    let Some(wqe) = wqe else { return };
+    if qp.srq.is_some() {
+        out.completions.push(Completion {
+            target: CompletionTarget::Recv,
+            wc: WorkCompletion {
+                wr_id: wqe.wr_id,
+                status: srq_status,
+                opcode: WcOpcode::Recv,
+                qp_num: qp.qpn,
+                ..WorkCompletion::default()
+            },
+        });
+    } else {
+        recv_queue::give_back(qp, env, wqe);
     }
 }
 
@@ -195,8 +297,8 @@ fn receive_send(
 ) {
     let psn = pkt.bth.psn;
     if info.is_first() {
-        let Some(wqe) = qp.rq.pop() else {
-            send_rnr_nak(qp, psn, out);
+        let Some(wqe) = recv_queue::take(qp, env, out) else {
+            no_recv_wqe(qp, psn, out);
             return;
         };
         qp.resp.current = Some(RecvInProgress { wqe, offset: 0 });
@@ -208,6 +310,10 @@ fn receive_send(
     };
     let len = pkt.payload.len() as u64;
     if current.offset + len > current.wqe.length {
+        if qp.qp_type == QpType::Uc {
+            uc_drop(qp, env, Some(current.wqe), WcStatus::RemInvReqErr, out);
+            return;
+        }
         let failed = Some((current.wqe.wr_id, WcStatus::LocLenErr));
         nak_and_fail(qp, psn, NakCode::InvalidRequest, failed, out);
         return;
@@ -255,14 +361,19 @@ fn receive_write(
     out: &mut Outputs,
 ) {
     let psn = pkt.bth.psn;
+    let uc = qp.qp_type == QpType::Uc;
     if !qp_allows(qp, AccessFlags::REMOTE_WRITE) {
-        nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
+        if uc {
+            uc_drop(qp, env, None, WcStatus::RemAccessErr, out);
+        } else {
+            nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
+        }
         return;
     }
     // WRITE with immediate takes a receive WQE at its last packet: without one, nothing of
     // this packet may happen yet (RNR NAK, and the packet comes again).
-    if info.is_last() && pkt.immdt.is_some() && qp.rq.is_empty() {
-        send_rnr_nak(qp, psn, out);
+    if info.is_last() && pkt.immdt.is_some() && !recv_queue::available(qp, env) {
+        no_recv_wqe(qp, psn, out);
         return;
     }
     let mut write = if info.is_first() {
@@ -279,7 +390,11 @@ fn receive_write(
             AccessFlags::REMOTE_WRITE,
         );
         if let Err(e) = checked {
-            nak_and_fail(qp, psn, nak_for(e), None, out);
+            if uc {
+                uc_drop(qp, env, None, WcStatus::RemAccessErr, out);
+            } else {
+                nak_and_fail(qp, psn, nak_for(e), None, out);
+            }
             return;
         }
         WriteInProgress {
@@ -300,19 +415,27 @@ fn receive_write(
     let len = pkt.payload.len() as u64;
     let overruns = write.offset + len > write.dma_len;
     let short = info.is_last() && write.offset + len != write.dma_len;
+    if (overruns || short) && uc {
+        uc_drop(qp, env, None, WcStatus::RemInvReqErr, out);
+        return;
+    }
     if overruns || short {
         nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
         return;
     }
     let va = write.va.wrapping_add(write.offset);
     if let Err(e) = env.mem.remote_write(qp.pd, write.rkey, va, pkt.payload) {
-        nak_and_fail(qp, psn, nak_for(e), None, out);
+        if uc {
+            uc_drop(qp, env, None, WcStatus::RemAccessErr, out);
+        } else {
+            nak_and_fail(qp, psn, nak_for(e), None, out);
+        }
         return;
     }
     write.offset += len;
     if info.is_last() {
         if let Some(imm) = pkt.immdt {
-            if let Some(wqe) = qp.rq.pop() {
+            if let Some(wqe) = recv_queue::take(qp, env, out) {
                 let byte_len = write.dma_len as u32;
                 complete_recv(
                     qp,
@@ -530,8 +653,19 @@ fn count_message(qp: &mut TransportQp) {
     qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
 }
 
-/// No receive WQE for a request that needs one: the requester waits `min_rnr_timer` and
-/// sends it again.
+/// No receive WQE for a request that needs one: on RC the requester is told to wait
+/// `min_rnr_timer` and send it again; on UC the message is dropped.
+fn no_recv_wqe(qp: &mut TransportQp, psn: Psn, out: &mut Outputs) {
+    if qp.qp_type == QpType::Uc {
+        qp.resp.drop_msg = true;
+        qp.resp.write = None;
+        qp.counters.dropped_packets += 1;
+        return;
+    }
+    send_rnr_nak(qp, psn, out);
+}
+
+/// Tells the requester to wait `min_rnr_timer` and send the request again.
 fn send_rnr_nak(qp: &mut TransportQp, psn: Psn, out: &mut Outputs) {
     qp.counters.rnr_naks_sent += 1;
     let nak = AethRepr::rnr_nak(qp.attr.min_rnr_timer, qp.resp.msn);

@@ -55,6 +55,12 @@ pub fn check_send_wr(qp_type: QpType, state: QpState, cap: &QpCap, wr: &SendWr) 
             wr.opcode
         )));
     }
+    if qp_type == QpType::Uc && wr.opcode == WrOpcode::SendWithInv {
+        // ibv_post_send(3) lists it for UC, but the IBTA defines no UC wire opcode for it.
+        return Err(VerbsError::NotSupported(
+            "SEND_WITH_INV has no UC opcode on the wire (IBTA): use RC".into(),
+        ));
+    }
     if !opcode_implemented(wr.opcode) {
         return Err(VerbsError::NotSupported(format!(
             "opcode {:?} is not implemented by the emulator yet",

@@ -45,6 +45,8 @@ pub struct SendWqe {
     pub fenced: bool,
     /// Range, placement type and selectivity of a FLUSH.
     pub flush: softverbs_api::wr::FlushParams,
+    /// Where a UD send goes (resolved from its address handle at post time).
+    pub ud: Option<UdTarget>,
     /// Set when the completer has seen the whole message acknowledged (or failed).
     pub status: Option<WcStatus>,
 }
@@ -82,6 +84,17 @@ impl SendWqe {
             _ => self.length as u32,
         }
     }
+}
+
+/// The destination of a UD send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdTarget {
+    /// Addresses and ports of the datagram.
+    pub path: super::PathInfo,
+    /// Destination QP number.
+    pub dest_qpn: u32,
+    /// The Q_Key the DETH carries.
+    pub qkey: u32,
 }
 
 /// A receive WR as the receive queue holds it.
@@ -156,6 +169,15 @@ impl<T> WorkQueue<T> {
     /// Entry `i`, mutable.
     pub fn get_mut(&mut self, i: usize) -> Option<&mut T> {
         self.entries.get_mut(i)
+    }
+    /// Puts an entry taken with [`WorkQueue::pop`] back at the front, even if the queue
+    /// filled up meanwhile (it held the entry before; nothing may be lost).
+    pub fn push_front_over_capacity(&mut self, entry: T) {
+        self.entries.push_front(entry);
+    }
+    /// Changes the capacity (never below the entries queued; the caller checks).
+    pub fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity.max(self.entries.len());
     }
     /// Removes and returns every entry, oldest first.
     pub fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
