@@ -15,13 +15,16 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod ah;
 mod context;
 mod cq;
 mod mr;
 mod pd;
 mod qp;
 pub mod select;
+mod srq;
 
+pub use ah::Ah;
 pub use context::{devices, Context};
 pub use cq::Cq;
 pub use mr::Mr;
@@ -30,10 +33,12 @@ pub use qp::{Qp, QpBuilder, RcConnectOptions, RcEndpoint};
 pub use softverbs_api::{
     backend::{DeviceInfo, MrKeys, PostError},
     wr::{RemoteAddr, UdDest},
-    AccessFlags, DeviceAttr, Gid, GidEntry, GidType, Mtu, PortAttr, PortState, QpAttr, QpAttrMask,
-    QpCap, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, VerbsError, VerbsResult,
-    WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, AsyncElement, AsyncEvent, AsyncEventKind, DeviceAttr, Gid, GidEntry,
+    GidType, Mtu, PortAttr, PortState, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType,
+    RecvWr, SendFlags, SendWr, Sge, SrqAttr, SrqAttrMask, VerbsError, VerbsResult, WcFlags,
+    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 pub use softverbs_emu::engine::{register_device, DeviceConfig, LinkConfig};
 pub use softverbs_emu::memory::RdmaBuffer;
 pub use softverbs_emu::net::channel::ChannelNetwork;
+pub use srq::Srq;

@@ -9,12 +9,14 @@ use softverbs_api::{
 
 use crate::cq::Cq;
 use crate::pd::Pd;
+use crate::srq::Srq;
 
 struct QpInner {
     // Parents kept alive for as long as the QP exists.
     pd: Pd,
     send_cq: Cq,
     recv_cq: Cq,
+    srq: Option<Srq>,
     qpn: u32,
     cap: QpCap,
 }
@@ -36,6 +38,7 @@ pub struct QpBuilder<'a> {
     qp_type: QpType,
     cap: QpCap,
     sq_sig_all: bool,
+    srq: Option<Srq>,
 }
 
 impl<'a> QpBuilder<'a> {
@@ -51,7 +54,14 @@ impl<'a> QpBuilder<'a> {
                 max_inline_data: 0,
             },
             sq_sig_all: false,
+            srq: None,
         }
+    }
+
+    /// Receive from shared receive queue `srq` instead of an own receive queue.
+    pub fn srq(mut self, srq: &Srq) -> Self {
+        self.srq = Some(srq.clone());
+        self
     }
 
     /// Transport type (RC by default).
@@ -78,7 +88,7 @@ impl<'a> QpBuilder<'a> {
             qp_type: self.qp_type,
             send_cq: send_cq.id(),
             recv_cq: recv_cq.id(),
-            srq: None,
+            srq: self.srq.as_ref().map(Srq::id),
             cap: self.cap,
             sq_sig_all: self.sq_sig_all,
         };
@@ -94,6 +104,7 @@ impl<'a> QpBuilder<'a> {
                 pd: self.pd.clone(),
                 send_cq: send_cq.clone(),
                 recv_cq: recv_cq.clone(),
+                srq: self.srq,
                 qpn,
                 cap,
             }),
@@ -181,6 +192,11 @@ impl Qp {
         &self.inner.recv_cq
     }
 
+    /// The SRQ it receives from, if any.
+    pub fn srq(&self) -> Option<&Srq> {
+        self.inner.srq.as_ref()
+    }
+
     fn backend(&self) -> &Arc<dyn softverbs_api::VerbsContext> {
         &self.inner.pd.inner.ctx.inner.backend
     }
@@ -226,14 +242,60 @@ impl Qp {
         })
     }
 
-    /// RESET → INIT → RTR → RTS towards `remote`, sending from PSN `local_psn`, with the
-    /// attribute masks ibv_modify_qp(3) requires for RC.
-    pub fn connect_rc(
+    /// RESET → INIT → RTR → RTS of a UD QP with Q_Key `qkey`, sending from PSN `sq_psn`.
+    pub fn activate_ud(&self, qkey: u32, sq_psn: u32) -> VerbsResult<()> {
+        let init = QpAttr {
+            qp_state: QpState::Init,
+            pkey_index: 0,
+            port_num: 1,
+            qkey,
+            ..QpAttr::default()
+        };
+        self.modify(
+            &init,
+            QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
+        )?;
+        let rtr = QpAttr {
+            qp_state: QpState::Rtr,
+            ..QpAttr::default()
+        };
+        self.modify(&rtr, QpAttrMask::STATE)?;
+        let rts = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn,
+            ..QpAttr::default()
+        };
+        self.modify(&rts, QpAttrMask::STATE | QpAttrMask::SQ_PSN)
+    }
+
+    /// RESET → INIT → RTR → RTS of a UC QP towards `remote`, sending from PSN `local_psn`,
+    /// with the attribute masks ibv_modify_qp(3) requires for UC (only `path_mtu`, `access`
+    /// and `sgid_index` of `opts` apply).
+    pub fn connect_uc(
         &self,
         local_psn: u32,
         remote: &RcEndpoint,
         opts: &RcConnectOptions,
     ) -> VerbsResult<()> {
+        self.to_init(opts)?;
+        let rtr = rtr_attr(remote, opts);
+        self.modify(
+            &rtr,
+            QpAttrMask::STATE
+                | QpAttrMask::AV
+                | QpAttrMask::PATH_MTU
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN,
+        )?;
+        let rts = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn: local_psn,
+            ..QpAttr::default()
+        };
+        self.modify(&rts, QpAttrMask::STATE | QpAttrMask::SQ_PSN)
+    }
+
+    fn to_init(&self, opts: &RcConnectOptions) -> VerbsResult<()> {
         let init = QpAttr {
             qp_state: QpState::Init,
             pkey_index: 0,
@@ -247,24 +309,19 @@ impl Qp {
                 | QpAttrMask::PKEY_INDEX
                 | QpAttrMask::PORT
                 | QpAttrMask::ACCESS_FLAGS,
-        )?;
-        let rtr = QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: opts.path_mtu,
-            dest_qp_num: remote.qpn,
-            rq_psn: remote.psn,
-            max_dest_rd_atomic: opts.max_dest_rd_atomic,
-            min_rnr_timer: opts.min_rnr_timer,
-            ah_attr: AhAttr {
-                dgid: remote.gid,
-                sgid_index: opts.sgid_index,
-                hop_limit: 64,
-                port_num: 1,
-                udp_dport: remote.udp_port,
-                ..AhAttr::default()
-            },
-            ..QpAttr::default()
-        };
+        )
+    }
+
+    /// RESET → INIT → RTR → RTS towards `remote`, sending from PSN `local_psn`, with the
+    /// attribute masks ibv_modify_qp(3) requires for RC.
+    pub fn connect_rc(
+        &self,
+        local_psn: u32,
+        remote: &RcEndpoint,
+        opts: &RcConnectOptions,
+    ) -> VerbsResult<()> {
+        self.to_init(opts)?;
+        let rtr = rtr_attr(remote, opts);
         self.modify(
             &rtr,
             QpAttrMask::STATE
@@ -293,5 +350,26 @@ impl Qp {
                 | QpAttrMask::RNR_RETRY
                 | QpAttrMask::MAX_QP_RD_ATOMIC,
         )
+    }
+}
+
+/// The RTR attributes towards `remote` (RC and UC; UC ignores the RC-only ones).
+fn rtr_attr(remote: &RcEndpoint, opts: &RcConnectOptions) -> QpAttr {
+    QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: opts.path_mtu,
+        dest_qp_num: remote.qpn,
+        rq_psn: remote.psn,
+        max_dest_rd_atomic: opts.max_dest_rd_atomic,
+        min_rnr_timer: opts.min_rnr_timer,
+        ah_attr: AhAttr {
+            dgid: remote.gid,
+            sgid_index: opts.sgid_index,
+            hop_limit: 64,
+            port_num: 1,
+            udp_dport: remote.udp_port,
+            ..AhAttr::default()
+        },
+        ..QpAttr::default()
     }
 }

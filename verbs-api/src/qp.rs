@@ -163,6 +163,38 @@ pub struct AhAttr {
     pub udp_dport: Option<u16>,
 }
 
+impl AhAttr {
+    /// `ibv_init_ah_from_wc` for RoCEv2: the address to reply to the sender of a UD receive,
+    /// from the 40-byte GRH area at the start of its buffer (for an IPv4 sender, 20 unused
+    /// bytes then its IPv4 header; for IPv6, its IPv6 header). `None` if neither is there.
+    pub fn from_grh(grh: &[u8], sgid_index: u8, port_num: u8) -> Option<AhAttr> {
+        let grh = grh.get(..40)?;
+        let (src, traffic_class, flow_label) = if grh[20] == 0x45 {
+            let v4 = std::net::Ipv4Addr::new(grh[32], grh[33], grh[34], grh[35]);
+            (std::net::IpAddr::V4(v4), grh[21], 0)
+        } else if grh[0] >> 4 == 6 {
+            let word = u32::from_be_bytes([grh[0], grh[1], grh[2], grh[3]]);
+            let mut v6 = [0u8; 16];
+            v6.copy_from_slice(&grh[8..24]);
+            let ip = std::net::IpAddr::V6(std::net::Ipv6Addr::from(v6));
+            (ip, (word >> 20) as u8, word & 0xf_ffff)
+        } else {
+            return None;
+        };
+        Some(AhAttr {
+            dgid: Gid::from_ip(src),
+            sgid_index,
+            // What rdma-core's ibv_init_ah_from_wc sets.
+            hop_limit: 0xff,
+            traffic_class,
+            flow_label,
+            sl: 0,
+            port_num,
+            udp_dport: None,
+        })
+    }
+}
+
 /// `struct ibv_qp_attr`: the fields a modify sets (selected by [`QpAttrMask`]) or a query returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct QpAttr {

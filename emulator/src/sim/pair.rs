@@ -123,6 +123,17 @@ pub const SIM_PD: u32 = 1;
 impl SimPair {
     /// Two RC QPs in RTS, connected, with `faults` on both directions.
     pub fn new_rc(seed: u64, faults: FaultConfig, mtu: Mtu, attrs: &QpAttr) -> SimPair {
+        SimPair::new(QpType::Rc, seed, faults, mtu, attrs)
+    }
+
+    /// Two connected QPs of `qp_type` (RC or UC) in RTS, otherwise as [`SimPair::new_rc`].
+    pub fn new(
+        qp_type: QpType,
+        seed: u64,
+        faults: FaultConfig,
+        mtu: Mtu,
+        attrs: &QpAttr,
+    ) -> SimPair {
         let cap = QpCap {
             max_send_wr: 1024,
             max_recv_wr: 1024,
@@ -132,7 +143,7 @@ impl SimPair {
         };
         let node = |qpn| SimNode {
             mem: MrTable::new(64),
-            qp: TransportQp::new(qpn, QpType::Rc, SIM_PD, false, cap),
+            qp: TransportQp::new(qpn, qp_type, SIM_PD, false, cap),
             completions: Vec::new(),
             buffers: Vec::new(),
         };
@@ -327,6 +338,17 @@ impl SimPair {
     fn enqueue(&mut self, at: u64, to: Side, src_port: u16, bytes: Vec<u8>) {
         self.wire_seq += 1;
         self.wire.insert((at, self.wire_seq), (to, src_port, bytes));
+    }
+
+    /// Moves `side`'s QP to ERR, which flushes its queued WRs into its completions.
+    pub fn modify_to_error(&mut self, side: Side) {
+        let attr = QpAttr {
+            qp_state: QpState::Err,
+            ..QpAttr::default()
+        };
+        self.drive(side, |qp, _, out| {
+            qp.apply_modify(&attr, QpAttrMask::STATE, out)
+        });
     }
 
     /// Stops injecting faults (for "once faults stop, everything completes").
