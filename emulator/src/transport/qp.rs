@@ -274,6 +274,7 @@ impl TransportQp {
             compare: wr.compare_add,
             fenced: wr.send_flags.contains(SendFlags::FENCE),
             flush: wr.flush,
+            bind: wr.bind_mw,
             status: None,
         };
         self.sq

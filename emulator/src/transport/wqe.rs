@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use softverbs_api::{wr::RemoteAddr, RecvWr, Sge, WcStatus, WrOpcode};
+use softverbs_api::{wr::RemoteAddr, BindMwWr, RecvWr, Sge, WcStatus, WrOpcode};
 
 use crate::wire::Psn;
 
@@ -45,6 +45,8 @@ pub struct SendWqe {
     pub fenced: bool,
     /// Range, placement type and selectivity of a FLUSH.
     pub flush: softverbs_api::wr::FlushParams,
+    /// Window, new rkey and target of a BIND_MW.
+    pub bind: Option<BindMwWr>,
     /// Set when the completer has seen the whole message acknowledged (or failed).
     pub status: Option<WcStatus>,
 }
