@@ -191,7 +191,19 @@ fn type2_window_serves_write_read_and_atomics_inside_its_bounds() {
 fn type1_window_binds_rebinds_and_unbinds_through_the_verb() {
     let (a, b) = connected(3, 4);
     let mr = window_mr(&b.pd, bindable());
+    let idle_qp = b.pd.qp_builder().build(&b.send_cq, &b.recv_cq).unwrap();
     let mw = b.pd.alloc_mw(MwType::Type1).unwrap();
+    // A bind the QP refuses to post (not in RTS) uses up no key: the next bind gets the next
+    // key after the window's first.
+    let e = idle_qp
+        .bind_mw(
+            &mw,
+            Some(target(&mr, 0, 8, AccessFlags::REMOTE_WRITE)),
+            9,
+            SendFlags::SIGNALED,
+        )
+        .unwrap_err();
+    assert_eq!(e.errno(), 22);
     let rkey = bind_type1(
         &b,
         &mw,
@@ -606,6 +618,14 @@ fn an_mr_with_a_bound_window_cannot_be_deregistered() {
     let pd2 = ctx.alloc_pd().unwrap();
     let _mw2 = pd2.alloc_mw(MwType::Type1).unwrap();
     assert_eq!(backend.dealloc_pd(pd2.id()).unwrap_err().errno(), 16);
+
+    // Destroying the QP a type 2 window was bound through unbinds it.
+    let mr3 = window_mr(&b.pd, bindable());
+    let mw3 = b.pd.alloc_mw(MwType::Type2).unwrap();
+    bind_type2(&b, &mw3, target(&mr3, 0, 64, all_rights()), 5);
+    assert_eq!(backend.dereg_mr(mr3.lkey()).unwrap_err().errno(), 16);
+    drop(b.qp);
+    backend.dereg_mr(mr3.lkey()).unwrap();
 }
 
 #[test]

@@ -542,8 +542,10 @@ impl VerbsContext for EmuContext {
             }),
             ..SendWr::send(bind.wr_id, Vec::new())
         };
-        self.post_send(qpn, std::slice::from_ref(&wr))
-            .map_err(|e| e.error)?;
+        if let Err(e) = self.post_send(qpn, std::slice::from_ref(&wr)) {
+            self.dev().mem.cancel_type1_bind(mw, rkey);
+            return Err(e.error);
+        }
         Ok(rkey)
     }
 }

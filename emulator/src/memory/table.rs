@@ -612,6 +612,11 @@ impl MrTable {
         inner.windows.prepare_type1_bind(id, access, mr)
     }
 
+    /// Takes back the rkey of a prepared type 1 bind whose post failed.
+    pub fn cancel_type1_bind(&self, id: u32, rkey: u32) {
+        self.inner.write().windows.cancel_type1_bind(id, rkey);
+    }
+
     /// Executes a BIND_MW work request on QP `qpn` of `pd`: binds (or, for a zero-length type
     /// 1 bind, unbinds) the window and gives it `wr.rkey`. Returns the window's new rkey; an
     /// error (the caller completes the WR with IBV_WC_MW_BIND_ERR) changes nothing.

@@ -208,6 +208,17 @@ impl WindowTable {
         Ok(rkey)
     }
 
+    /// Takes back the rkey [`WindowTable::prepare_type1_bind`] gave for a bind whose post
+    /// failed, so that the next bind gets it again (as libibverbs updates `ibv_mw.rkey` only
+    /// once the post succeeded). Nothing happens if another bind was prepared since.
+    pub(crate) fn cancel_type1_bind(&mut self, id: u32, rkey: u32) {
+        if let Some(window) = self.windows.get_mut(&id) {
+            if window.posted_rkey == rkey {
+                window.posted_rkey = (rkey & !0xff) | (rkey.wrapping_sub(1) & 0xff);
+            }
+        }
+    }
+
     /// Executes a BIND_MW work request on QP `qp` (both window types; the verb's type 1 bind
     /// posts one too). `mr` is the region `wr.bind_info.mr_lkey` names, if any. The checks
     /// are rxe's (`rxe_check_bind_mw`) plus the PD rules of the IB spec; a failure changes

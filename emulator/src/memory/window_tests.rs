@@ -310,6 +310,15 @@ fn type1_rebind_unbind_and_rules() {
     let r1 = f.t.prepare_type1_bind(id, f.lkey, 16, rw()).unwrap();
     let r2 = f.t.prepare_type1_bind(id, k2.lkey, 16, rw()).unwrap();
     assert_eq!((r1, r2), (next_rkey(first), next_rkey(next_rkey(first))));
+    // A cancelled (never posted) bind gives its key back, unless another was prepared since.
+    let r3 = f.t.prepare_type1_bind(id, f.lkey, 16, rw()).unwrap();
+    f.t.cancel_type1_bind(id, r3);
+    assert_eq!(f.t.prepare_type1_bind(id, f.lkey, 16, rw()), Ok(r3));
+    f.t.cancel_type1_bind(id, r2);
+    assert_eq!(
+        f.t.prepare_type1_bind(id, f.lkey, 16, rw()),
+        Ok(next_rkey(r3))
+    );
     let to_first = BindMwWr {
         mw: id,
         rkey: r1,
