@@ -19,6 +19,7 @@ mod ah;
 mod context;
 mod cq;
 mod mr;
+mod mw;
 mod pd;
 mod qp;
 pub mod select;
@@ -28,15 +29,17 @@ pub use ah::Ah;
 pub use context::{devices, Context};
 pub use cq::Cq;
 pub use mr::Mr;
+pub use mw::{Mw, MwBindTarget};
 pub use pd::Pd;
 pub use qp::{Qp, QpBuilder, RcConnectOptions, RcEndpoint};
 pub use softverbs_api::{
     backend::{DeviceInfo, MrKeys, PostError},
+    mw::next_rkey,
     wr::{RemoteAddr, UdDest},
-    AccessFlags, AhAttr, AsyncElement, AsyncEvent, AsyncEventKind, DeviceAttr, Gid, GidEntry,
-    GidType, Mtu, PortAttr, PortState, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType,
-    RecvWr, SendFlags, SendWr, Sge, SrqAttr, SrqAttrMask, VerbsError, VerbsResult, WcFlags,
-    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, AsyncElement, AsyncEvent, AsyncEventKind, BindMwWr, DeviceAttr, Gid,
+    GidEntry, GidType, Mtu, MwBind, MwBindInfo, MwType, PortAttr, PortState, QpAttr, QpAttrMask,
+    QpCap, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, SrqAttr, SrqAttrMask,
+    VerbsError, VerbsResult, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 pub use softverbs_emu::engine::{register_device, DeviceConfig, LinkConfig};
 pub use softverbs_emu::memory::RdmaBuffer;

@@ -126,14 +126,19 @@ impl Mr {
         if !self.registered {
             return Ok(());
         }
+        self.pd.inner.ctx.inner.backend.dereg_mr(self.lkey)?;
         self.registered = false;
-        self.pd.inner.ctx.inner.backend.dereg_mr(self.lkey)
+        Ok(())
     }
 }
 
 impl Drop for Mr {
     fn drop(&mut self) {
-        // Deregistration must finish before `buffer` is freed (it is dropped after this).
-        let _ = self.deregister();
+        // Deregistration must finish before `buffer` is freed (it is dropped after this). If
+        // it fails (EBUSY: a memory window bound through the backend layer still points into
+        // it), the device may still access the memory: leak it rather than free it.
+        if self.deregister().is_err() {
+            std::mem::forget(self.buffer.take());
+        }
     }
 }

@@ -8,6 +8,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Mutex, RwLock};
 use softverbs_api::backend::{MrKeys, PostError};
+use softverbs_api::mw::{BindMwWr, MwBind, MwType};
 use softverbs_api::qp_transition::{validate_modify, ModifyLimits};
 use softverbs_api::{
     AccessFlags, AhAttr, DeviceAttr, Gid, GidEntry, GidType, Mtu, PortAttr, PortState, QpAttr,
@@ -546,7 +547,10 @@ impl VerbsContext for EmuContext {
             .write()
             .remove(&qpn)
             .map(|_| ())
-            .ok_or_else(|| VerbsError::NotFound(format!("no QP {qpn:#x}")))
+            .ok_or_else(|| VerbsError::NotFound(format!("no QP {qpn:#x}")))?;
+        // Type 2 windows bound through it can never be used again: free their regions.
+        self.dev().mem.release_qp_windows(qpn);
+        Ok(())
     }
 
     fn post_send(&self, qpn: u32, wrs: &[SendWr]) -> Result<(), PostError> {
@@ -651,5 +655,49 @@ impl VerbsContext for EmuContext {
         } else {
             Err(VerbsError::NotFound(format!("no address handle {ah}")))
         }
+    }
+
+    // Memory windows.
+
+    fn alloc_mw(&self, pd: u32, mw_type: MwType) -> VerbsResult<(u32, u32)> {
+        self.dev().check_pd(pd)?;
+        self.dev().mem.alloc_window(pd, mw_type)
+    }
+
+    fn dealloc_mw(&self, mw: u32) -> VerbsResult<()> {
+        self.dev().mem.dealloc_window(mw)
+    }
+
+    fn bind_mw(&self, qpn: u32, mw: u32, bind: &MwBind) -> VerbsResult<u32> {
+        // As libibverbs with rxe: check what can be checked now, then post a BIND_MW work
+        // request carrying the next rkey; the window gets it when the WR executes.
+        let info = bind.bind_info;
+        if info.mr_lkey == 0 && (info.addr != 0 || info.length != 0) {
+            return Err(VerbsError::inval(
+                "bind_mw: an address or length without a memory region",
+            ));
+        }
+        let rkey = self.dev().mem.prepare_type1_bind(
+            mw,
+            info.mr_lkey,
+            info.length,
+            info.mw_access_flags,
+        )?;
+        let wr = SendWr {
+            wr_id: bind.wr_id,
+            opcode: softverbs_api::WrOpcode::BindMw,
+            send_flags: bind.send_flags,
+            bind_mw: Some(BindMwWr {
+                mw,
+                rkey,
+                bind_info: info,
+            }),
+            ..SendWr::send(bind.wr_id, Vec::new())
+        };
+        if let Err(e) = self.post_send(qpn, std::slice::from_ref(&wr)) {
+            self.dev().mem.cancel_type1_bind(mw, rkey);
+            return Err(e.error);
+        }
+        Ok(rkey)
     }
 }

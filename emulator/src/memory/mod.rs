@@ -1,5 +1,5 @@
-//! Memory regions: the MR table, key generation, bounds and access checks, and the only
-//! `unsafe` code of the emulator (the raw copies in `region.rs`).
+//! Memory regions and windows: the MR table, the window table, key generation, bounds and
+//! access checks, and the only `unsafe` code of the emulator (the raw copies in `region.rs`).
 //!
 //! Every address that reaches memory, from a local SGE or from a peer's packet, goes through
 //! [`MrTable`], which checks key, protection domain, access flags and bounds before any copy;
@@ -10,10 +10,14 @@ mod error;
 mod keys;
 mod region;
 mod table;
+mod window;
 
 pub use buffer::RdmaBuffer;
 pub use error::MemError;
-pub use table::MrTable;
+pub use table::{MrTable, RemoteAccessor};
+pub use window::MAX_MW;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod window_tests;

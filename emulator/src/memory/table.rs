@@ -5,11 +5,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::RwLock;
 use softverbs_api::backend::MrKeys;
-use softverbs_api::{AccessFlags, Sge, VerbsError, VerbsResult};
+use softverbs_api::{AccessFlags, BindMwWr, MwType, Sge, VerbsError, VerbsResult};
 
 use super::error::MemError;
 use super::keys::{KeyGen, KeyLayout, MAX_SLOTS};
 use super::region::{Region, Span};
+use super::window::{is_window_key, Binding, MrView, QpRef, WindowTable};
 
 /// Access bits `ibv_reg_mr` knows (the kernel's `IB_ACCESS_SUPPORTED` without the optional
 /// range): LOCAL_WRITE .. FLUSH_PERSISTENT.
@@ -18,12 +19,40 @@ const REG_KNOWN: u32 = (AccessFlags::FLUSH_PERSISTENT.0 << 1) - 1;
 /// RELAXED_ORDERING): a device that does not implement one ignores it instead of failing.
 const REG_OPTIONAL: u32 = 0x3ff << 20;
 
-/// The memory regions of one device. `Send + Sync`; every method takes `&self`.
+/// Who accesses memory through an rkey: the PD of the QP a request arrived on and, so that
+/// type 2 windows (usable only through the QP that bound them) can match, its number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteAccessor {
+    /// The QP's protection domain.
+    pub pd: u32,
+    /// The QP's number; `None` matches no type 2 window.
+    pub qpn: Option<u32>,
+}
+
+impl RemoteAccessor {
+    /// A request arriving on QP `qpn` of `pd`.
+    pub fn qp(pd: u32, qpn: u32) -> RemoteAccessor {
+        RemoteAccessor { pd, qpn: Some(qpn) }
+    }
+}
+
+impl From<u32> for RemoteAccessor {
+    /// An accessor known only by its PD: regions and type 1 windows of that PD.
+    fn from(pd: u32) -> RemoteAccessor {
+        RemoteAccessor { pd, qpn: None }
+    }
+}
+
+/// The memory regions (and memory windows) of one device. `Send + Sync`; every method takes
+/// `&self`.
 ///
 /// Copies run under the table's read lock and `deregister` takes the write lock, so once
 /// `deregister` returns no copy touches the region any more. Checks on every access, in order:
 /// the key names a live region, its PD is the caller's, the region allows the access, and the
-/// whole range lies inside it; nothing is copied unless all of them pass.
+/// whole range lies inside it; nothing is copied unless all of them pass. An rkey may also
+/// name a bound memory window (see `window.rs`): then the window's PD, QP, rights and bounds
+/// are checked instead of the region's rights, and the bytes are those of the region it lies
+/// in. A region with windows bound to it cannot be deregistered (EBUSY).
 pub struct MrTable {
     inner: RwLock<Inner>,
 }
@@ -38,12 +67,16 @@ struct Inner {
     keygen: KeyGen,
     /// Number of regions per PD.
     pd_regions: HashMap<u32, u32>,
+    /// The device's memory windows.
+    windows: WindowTable,
 }
 
 struct Slot {
     region: Option<Region>,
     /// Tags of the last region in this slot, which its next region must not reuse.
     old_tags: [u32; 2],
+    /// Windows bound to the region (it cannot be deregistered while there are any).
+    bound_windows: u32,
 }
 
 impl Inner {
@@ -80,6 +113,52 @@ impl Inner {
         }
         region.span(va, len)
     }
+
+    /// The checked span `[va, va + len)` a peer's request on `who` reaches through `rkey`
+    /// with `need`: a region's rkey, or a bound window's.
+    fn remote_span(
+        &self,
+        who: RemoteAccessor,
+        rkey: u32,
+        need: AccessFlags,
+        va: u64,
+        len: u64,
+    ) -> Result<Span<'_>, MemError> {
+        if !is_window_key(rkey) {
+            return self.span(who.pd, rkey, true, need, va, len);
+        }
+        let binding = self
+            .windows
+            .resolve(who.pd, who.qpn, rkey, need, Some((va, len)))?;
+        // The region outlives the binding: deregistration fails while it exists.
+        self.region_by(binding.mr_lkey, false)?.span(va, len)
+    }
+
+    /// What a bind needs to know of the region `lkey` names, if any.
+    fn mr_view(&self, lkey: u32) -> Option<MrView> {
+        self.region_by(lkey, false).ok().map(|r| MrView {
+            lkey: r.lkey,
+            pd: r.pd,
+            iova: r.iova,
+            len: r.len,
+            access: r.access,
+        })
+    }
+
+    /// Moves the count of bound windows from the region of `old` to that of `new`.
+    fn rebind_counts(&mut self, old: Option<Binding>, new: Option<Binding>) {
+        for (binding, up) in [(old, false), (new, true)] {
+            let Some(b) = binding else { continue };
+            let index = self.layout.index(b.mr_lkey);
+            if let Some(slot) = self.slots.get_mut(index) {
+                slot.bound_windows = if up {
+                    slot.bound_windows + 1
+                } else {
+                    slot.bound_windows.saturating_sub(1)
+                };
+            }
+        }
+    }
 }
 
 impl MrTable {
@@ -95,6 +174,7 @@ impl MrTable {
                 layout: KeyLayout::for_slots(max_mr),
                 keygen: KeyGen::new(),
                 pd_regions: HashMap::new(),
+                windows: WindowTable::new(),
             }),
         }
     }
@@ -157,6 +237,7 @@ impl MrTable {
                 inner.slots.push(Slot {
                     region: None,
                     old_tags: [0; 2],
+                    bound_windows: 0,
                 });
                 (inner.slots.len() - 1) as u32
             }
@@ -167,7 +248,9 @@ impl MrTable {
                 )))
             }
         };
-        let tag_bits = inner.layout.tag_bits();
+        // One tag bit less: the top bit of every region key is 0, which keeps region keys
+        // apart from window keys (see `window.rs`).
+        let tag_bits = inner.layout.tag_bits() - 1;
         let slot = &mut inner.slots[index as usize];
         let ltag = inner.keygen.tag(tag_bits, &slot.old_tags);
         let rtag = inner
@@ -191,7 +274,8 @@ impl MrTable {
         Ok(keys)
     }
 
-    /// `ibv_dereg_mr` of the region whose lkey is `lkey` (EINVAL if there is none). Waits for
+    /// `ibv_dereg_mr` of the region whose lkey is `lkey` (EINVAL if there is none; EBUSY while
+    /// memory windows are bound to it, as IBA 10.6.7.2.6 requires: rxe says EINVAL). Waits for
     /// copies in flight; once it returns, nothing touches the region.
     pub fn deregister(&self, lkey: u32) -> VerbsResult<()> {
         let mut guard = self.inner.write();
@@ -202,6 +286,12 @@ impl MrTable {
             .get_mut(index)
             .filter(|s| s.region.as_ref().is_some_and(|r| r.lkey == lkey))
             .ok_or_else(|| VerbsError::inval(format!("dereg_mr: no region with lkey {lkey:#x}")))?;
+        if slot.bound_windows > 0 {
+            return Err(VerbsError::Busy(format!(
+                "dereg_mr: {} memory window(s) still bound to the region",
+                slot.bound_windows
+            )));
+        }
         let region = slot.region.take().expect("checked above");
         if let Some(n) = inner.pd_regions.get_mut(&region.pd) {
             *n -= 1;
@@ -213,9 +303,11 @@ impl MrTable {
         Ok(())
     }
 
-    /// True while `pd` has registered regions (`ibv_dealloc_pd` must then fail with EBUSY).
+    /// True while `pd` has registered regions or memory windows (`ibv_dealloc_pd` must then
+    /// fail with EBUSY).
     pub fn pd_in_use(&self, pd: u32) -> bool {
-        self.inner.read().pd_regions.contains_key(&pd)
+        let inner = self.inner.read();
+        inner.pd_regions.contains_key(&pd) || inner.windows.pd_in_use(pd)
     }
 
     /// Local gather for a send: appends the bytes of `sges`, in order, to `out`.
@@ -300,7 +392,7 @@ impl MrTable {
     /// zero-length access checks nothing (C9-88).
     pub fn check_remote(
         &self,
-        pd: u32,
+        who: impl Into<RemoteAccessor>,
         rkey: u32,
         va: u64,
         len: u64,
@@ -309,23 +401,30 @@ impl MrTable {
         if len == 0 {
             return Ok(());
         }
-        self.inner.read().span(pd, rkey, true, need, va, len)?;
+        self.inner
+            .read()
+            .remote_span(who.into(), rkey, need, va, len)?;
         Ok(())
     }
 
     /// A peer's RDMA WRITE of `data` at `va` through `rkey`, for a QP of `pd`: needs
     /// REMOTE_WRITE. A zero-length write touches nothing and checks nothing (IB spec C9-88, as
     /// rxe).
-    pub fn remote_write(&self, pd: u32, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
+    pub fn remote_write(
+        &self,
+        who: impl Into<RemoteAccessor>,
+        rkey: u32,
+        va: u64,
+        data: &[u8],
+    ) -> Result<(), MemError> {
         if data.is_empty() {
             return Ok(());
         }
         let inner = self.inner.read();
         inner
-            .span(
-                pd,
+            .remote_span(
+                who.into(),
                 rkey,
-                true,
                 AccessFlags::REMOTE_WRITE,
                 va,
                 data.len() as u64,
@@ -338,7 +437,7 @@ impl MrTable {
     /// REMOTE_READ; appends the bytes to `out`. A zero-length read checks nothing (C9-88).
     pub fn remote_read(
         &self,
-        pd: u32,
+        who: impl Into<RemoteAccessor>,
         rkey: u32,
         va: u64,
         len: u32,
@@ -349,7 +448,7 @@ impl MrTable {
         }
         let inner = self.inner.read();
         inner
-            .span(pd, rkey, true, AccessFlags::REMOTE_READ, va, len.into())?
+            .remote_span(who.into(), rkey, AccessFlags::REMOTE_READ, va, len.into())?
             .append_to(out);
         Ok(())
     }
@@ -358,13 +457,13 @@ impl MrTable {
     /// stores `swap` if the word equals `compare`; returns the original word either way.
     pub fn atomic_cmp_swap(
         &self,
-        pd: u32,
+        who: impl Into<RemoteAccessor>,
         rkey: u32,
         va: u64,
         compare: u64,
         swap: u64,
     ) -> Result<u64, MemError> {
-        self.with_atomic(pd, rkey, va, |word| {
+        self.with_atomic(who.into(), rkey, va, |word| {
             match word.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(v) | Err(v) => v,
             }
@@ -373,21 +472,29 @@ impl MrTable {
 
     /// A peer's ATOMIC FETCH_AND_ADD (wrapping) on the host-order u64 at `va` (8-aligned,
     /// REMOTE_ATOMIC); returns the original word.
-    pub fn atomic_fetch_add(&self, pd: u32, rkey: u32, va: u64, add: u64) -> Result<u64, MemError> {
-        self.with_atomic(pd, rkey, va, |word| word.fetch_add(add, Ordering::SeqCst))
+    pub fn atomic_fetch_add(
+        &self,
+        who: impl Into<RemoteAccessor>,
+        rkey: u32,
+        va: u64,
+        add: u64,
+    ) -> Result<u64, MemError> {
+        self.with_atomic(who.into(), rkey, va, |word| {
+            word.fetch_add(add, Ordering::SeqCst)
+        })
     }
 
     /// A peer's ATOMIC WRITE: the 8 bytes `value` stored at the 8-aligned `va` in one atomic
     /// store. Needs REMOTE_WRITE (as rxe; not REMOTE_ATOMIC). The bytes land as sent.
     pub fn atomic_write(
         &self,
-        pd: u32,
+        who: impl Into<RemoteAccessor>,
         rkey: u32,
         va: u64,
         value: [u8; 8],
     ) -> Result<(), MemError> {
         let inner = self.inner.read();
-        let span = inner.span(pd, rkey, true, AccessFlags::REMOTE_WRITE, va, 8)?;
+        let span = inner.remote_span(who.into(), rkey, AccessFlags::REMOTE_WRITE, va, 8)?;
         if va & 7 != 0 {
             return Err(MemError::Misaligned);
         }
@@ -403,7 +510,7 @@ impl MrTable {
     /// with FLUSH_PERSISTENT, which `register` accepts as the same host memory.
     pub fn flush(
         &self,
-        pd: u32,
+        who: impl Into<RemoteAccessor>,
         rkey: u32,
         va: u64,
         len: u64,
@@ -415,40 +522,132 @@ impl MrTable {
         } else {
             AccessFlags::FLUSH_GLOBAL
         };
+        let who = who.into();
         let inner = self.inner.read();
-        let region = inner.region_by(rkey, true)?;
-        if region.pd != pd {
-            return Err(MemError::PdMismatch);
-        }
-        if !region.access.contains(need) {
-            return Err(MemError::AccessDenied);
-        }
-        if !whole_region && len > 0 {
-            region.span(va, len)?;
+        let range = (!whole_region && len > 0).then_some((va, len));
+        if is_window_key(rkey) {
+            // The whole "region" of a window is the window.
+            inner.windows.resolve(who.pd, who.qpn, rkey, need, range)?;
+        } else {
+            let region = inner.region_by(rkey, true)?;
+            if region.pd != who.pd {
+                return Err(MemError::PdMismatch);
+            }
+            if !region.access.contains(need) {
+                return Err(MemError::AccessDenied);
+            }
+            if let Some((va, len)) = range {
+                region.span(va, len)?;
+            }
         }
         std::sync::atomic::fence(Ordering::SeqCst);
         Ok(())
     }
 
-    /// Invalidation of `key` (SEND_WITH_INV, LOCAL_INV): always `InvalidKey` here. rxe only
-    /// invalidates fast-registration MRs (`IB_MR_TYPE_MEM_REG`, made by `ibv_alloc_mr` + a
-    /// REG_MR work request) and memory windows; every region in this table comes from
-    /// `ibv_reg_mr` (`IB_MR_TYPE_USER`), for which rxe fails with EINVAL, so this does too,
-    /// for an unknown key as for a registered one. Nothing changes.
-    pub fn invalidate(&self, key: u32) -> Result<(), MemError> {
-        let _ = key;
-        Err(MemError::InvalidKey)
+    /// LOCAL_INV of `key` on QP `qpn` of `pd`: unbinds the type 2 window `key` names.
+    ///
+    /// Only windows can be invalidated here: rxe also invalidates fast-registration MRs
+    /// (`ibv_alloc_mr` + REG_MR), which the emulator does not have, and fails with EINVAL for
+    /// `ibv_reg_mr` regions, so a region key gives `InvalidKey` as an unknown key does. A stale
+    /// key, a type 1 window, a window that is not bound (a second invalidation) and one of
+    /// another PD fail too; nothing changes then.
+    pub fn invalidate_local(&self, pd: u32, qpn: u32, key: u32) -> Result<(), MemError> {
+        self.invalidate(QpRef { pd, qpn }, key, false)
+    }
+
+    /// A peer's SEND_WITH_INV of `key` arriving on QP `qpn` of `pd`: as
+    /// [`MrTable::invalidate_local`], and the window must be bound through that QP (the rule
+    /// of remote access through a type 2 window).
+    pub fn invalidate_remote(&self, pd: u32, qpn: u32, key: u32) -> Result<(), MemError> {
+        self.invalidate(QpRef { pd, qpn }, key, true)
+    }
+
+    fn invalidate(&self, qp: QpRef, key: u32, remote: bool) -> Result<(), MemError> {
+        if !is_window_key(key) {
+            return Err(MemError::InvalidKey);
+        }
+        let mut guard = self.inner.write();
+        let inner = &mut *guard;
+        let old = inner.windows.invalidate(qp, key, remote)?;
+        inner.rebind_counts(Some(old), None);
+        Ok(())
+    }
+
+    /// `ibv_alloc_mw` in `pd`: the window's id and first rkey. ENOMEM when the device has
+    /// `MAX_MW` windows.
+    pub fn alloc_window(&self, pd: u32, mw_type: MwType) -> VerbsResult<(u32, u32)> {
+        self.inner.write().windows.alloc(pd, mw_type)
+    }
+
+    /// `ibv_dealloc_mw` of window `id` (EINVAL if there is none): unbinds it if bound and
+    /// forgets it; its rkeys open nothing any more.
+    pub fn dealloc_window(&self, id: u32) -> VerbsResult<()> {
+        let mut guard = self.inner.write();
+        let inner = &mut *guard;
+        let old = inner.windows.dealloc(id)?;
+        inner.rebind_counts(old, None);
+        Ok(())
+    }
+
+    /// The synchronous checks of `ibv_bind_mw` on type 1 window `id` for a bind of `length`
+    /// bytes of the region `mr_lkey` with `access`: EINVAL (unknown or type 2 window,
+    /// ZERO_BASED, no such region), EPERM (region of another PD). Returns the rkey the bind
+    /// gives once it executes.
+    pub fn prepare_type1_bind(
+        &self,
+        id: u32,
+        mr_lkey: u32,
+        length: u64,
+        access: AccessFlags,
+    ) -> VerbsResult<u32> {
+        let mut guard = self.inner.write();
+        let inner = &mut *guard;
+        let mr = if length == 0 {
+            None
+        } else {
+            Some(inner.mr_view(mr_lkey).ok_or_else(|| {
+                VerbsError::inval(format!("bind_mw: no memory region with lkey {mr_lkey:#x}"))
+            })?)
+        };
+        inner.windows.prepare_type1_bind(id, access, mr)
+    }
+
+    /// Takes back the rkey of a prepared type 1 bind whose post failed.
+    pub fn cancel_type1_bind(&self, id: u32, rkey: u32) {
+        self.inner.write().windows.cancel_type1_bind(id, rkey);
+    }
+
+    /// Executes a BIND_MW work request on QP `qpn` of `pd`: binds (or, for a zero-length type
+    /// 1 bind, unbinds) the window and gives it `wr.rkey`. Returns the window's new rkey; an
+    /// error (the caller completes the WR with IBV_WC_MW_BIND_ERR) changes nothing.
+    pub fn bind_window(&self, pd: u32, qpn: u32, wr: &BindMwWr) -> VerbsResult<u32> {
+        let mut guard = self.inner.write();
+        let inner = &mut *guard;
+        let mr = inner.mr_view(wr.bind_info.mr_lkey);
+        let rebind = inner.windows.bind(QpRef { pd, qpn }, wr, mr)?;
+        inner.rebind_counts(rebind.old, rebind.new);
+        Ok(rebind.rkey)
+    }
+
+    /// Unbinds the type 2 windows bound through QP `qpn`, which is being destroyed (their
+    /// regions may then be deregistered).
+    pub fn release_qp_windows(&self, qpn: u32) {
+        let mut guard = self.inner.write();
+        let inner = &mut *guard;
+        for old in inner.windows.release_qp(qpn) {
+            inner.rebind_counts(Some(old), None);
+        }
     }
 
     fn with_atomic<R>(
         &self,
-        pd: u32,
+        who: RemoteAccessor,
         rkey: u32,
         va: u64,
         op: impl FnOnce(&AtomicU64) -> R,
     ) -> Result<R, MemError> {
         let inner = self.inner.read();
-        let span = inner.span(pd, rkey, true, AccessFlags::REMOTE_ATOMIC, va, 8)?;
+        let span = inner.remote_span(who, rkey, AccessFlags::REMOTE_ATOMIC, va, 8)?;
         // The IB rule is on the virtual address; the host check inside matters only if the two
         // ever differ.
         if va & 7 != 0 {

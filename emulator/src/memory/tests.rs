@@ -502,8 +502,12 @@ fn invalidate_refuses_user_regions() {
     let mut g = Guarded::new(16);
     let base = g.addr();
     let k = t.register(PD, base, 16, rw()).unwrap();
-    assert_eq!(t.invalidate(k.rkey), Err(MemError::InvalidKey));
-    assert_eq!(t.invalidate(0x77), Err(MemError::InvalidKey));
+    assert_eq!(t.invalidate_local(PD, 1, k.rkey), Err(MemError::InvalidKey));
+    assert_eq!(
+        t.invalidate_remote(PD, 1, k.rkey),
+        Err(MemError::InvalidKey)
+    );
+    assert_eq!(t.invalidate_local(PD, 1, 0x77), Err(MemError::InvalidKey));
     // Still registered and usable.
     t.remote_write(PD, k.rkey, base, &[1]).unwrap();
 }

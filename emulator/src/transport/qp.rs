@@ -318,6 +318,7 @@ impl TransportQp {
             fenced: wr.send_flags.contains(SendFlags::FENCE),
             flush: wr.flush,
             ud,
+            bind: wr.bind_mw,
             status: None,
         };
         self.sq

@@ -93,15 +93,11 @@ pub fn run(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
             }
             break;
         }
-        if wqe.opcode == WrOpcode::LocalInv {
+        if matches!(wqe.opcode, WrOpcode::LocalInv | WrOpcode::BindMw) {
             // Local work, always fenced (as in rxe): it runs once everything before it has
             // completed, and sends nothing.
             if index == 0 {
-                let key = wqe.invalidate_rkey;
-                let status = match env.mem.invalidate(key) {
-                    Ok(()) => WcStatus::Success,
-                    Err(_) => WcStatus::LocQpOpErr,
-                };
+                let status = execute_local(qp, wqe, env);
                 completer::complete_local(qp, status, out);
                 continue;
             }
@@ -148,6 +144,24 @@ pub fn run(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
         if qp.qp_type == QpType::Rc && qp.timers.retransmit_at_ns.is_none() {
             qp.timers.retransmit_at_ns = ack_timeout_ns(qp.attr.timeout).map(|t| env.now_ns + t);
         }
+    }
+}
+
+/// Executes a local WQE (LOCAL_INV, BIND_MW) against the device's memory; the status it
+/// completes with (a failure moves the QP to ERR, as in rxe).
+fn execute_local(qp: &TransportQp, wqe: &SendWqe, env: &Env<'_>) -> WcStatus {
+    match (wqe.opcode, wqe.bind) {
+        (WrOpcode::LocalInv, _) => {
+            match env.mem.invalidate_local(qp.pd, qp.qpn, wqe.invalidate_rkey) {
+                Ok(()) => WcStatus::Success,
+                Err(_) => WcStatus::LocQpOpErr,
+            }
+        }
+        (WrOpcode::BindMw, Some(bind)) => match env.mem.bind_window(qp.pd, qp.qpn, &bind) {
+            Ok(_) => WcStatus::Success,
+            Err(_) => WcStatus::MwBindErr,
+        },
+        _ => WcStatus::LocQpOpErr,
     }
 }
 

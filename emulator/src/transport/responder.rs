@@ -10,7 +10,7 @@ use super::output::{Completion, CompletionTarget, Env, OutPacket, Outputs};
 use super::qp::TransportQp;
 use super::recv_queue;
 use super::wqe::RecvWqe;
-use crate::memory::MemError;
+use crate::memory::{MemError, RemoteAccessor};
 use crate::wire::{
     AethRepr, AtomicAckEthRepr, BthRepr, FethRepr, NakCode, OpKind, Opcode, OpcodeInfo, Psn,
     RoceRepr, Transport,
@@ -283,6 +283,12 @@ fn nak_for(e: MemError) -> NakCode {
     }
 }
 
+/// Whom the memory checks see for a request on `qp`: its PD, and its number for type 2
+/// windows.
+fn accessor(qp: &TransportQp) -> RemoteAccessor {
+    RemoteAccessor::qp(qp.pd, qp.qpn)
+}
+
 /// The QP must allow `need` (its `qp_access_flags`); otherwise the request is invalid.
 fn qp_allows(qp: &TransportQp, need: AccessFlags) -> bool {
     qp.attr.qp_access_flags.contains(need)
@@ -332,9 +338,10 @@ fn receive_send(
     if info.is_last() {
         let (wr_id, byte_len) = (current.wqe.wr_id, current.offset as u32);
         if let Some(rkey) = pkt.ieth {
-            // SEND with invalidate: the named rkey must be invalidatable here. If it is not,
-            // the request is invalid (IBTA; rxe ACKs it and fails only the receive).
-            if env.mem.invalidate(rkey).is_err() {
+            // SEND with invalidate: the named rkey must be a type 2 window bound through this
+            // QP. If it is not, the request is invalid (IBTA; rxe ACKs it and fails only the
+            // receive).
+            if env.mem.invalidate_remote(qp.pd, qp.qpn, rkey).is_err() {
                 let failed = Some((wr_id, WcStatus::RemInvReqErr));
                 nak_and_fail(qp, psn, NakCode::InvalidRequest, failed, out);
                 return;
@@ -383,7 +390,7 @@ fn receive_write(
         };
         let dma_len = u64::from(reth.dma_len);
         let checked = env.mem.check_remote(
-            qp.pd,
+            accessor(qp),
             reth.rkey,
             reth.va,
             dma_len,
@@ -424,7 +431,10 @@ fn receive_write(
         return;
     }
     let va = write.va.wrapping_add(write.offset);
-    if let Err(e) = env.mem.remote_write(qp.pd, write.rkey, va, pkt.payload) {
+    if let Err(e) = env
+        .mem
+        .remote_write(accessor(qp), write.rkey, va, pkt.payload)
+    {
         if uc {
             uc_drop(qp, env, None, WcStatus::RemAccessErr, out);
         } else {
@@ -475,7 +485,7 @@ fn execute_read(
     let mut data = Vec::with_capacity(reth.dma_len as usize);
     if let Err(e) = env
         .mem
-        .remote_read(qp.pd, reth.rkey, reth.va, reth.dma_len, &mut data)
+        .remote_read(accessor(qp), reth.rkey, reth.va, reth.dma_len, &mut data)
     {
         if !duplicate {
             nak_and_fail(qp, psn, nak_for(e), None, out);
@@ -527,9 +537,10 @@ fn execute_atomic(
     }
     let result = if info.kind == OpKind::CompareSwap {
         env.mem
-            .atomic_cmp_swap(qp.pd, a.rkey, a.va, a.compare, a.swap_add)
+            .atomic_cmp_swap(accessor(qp), a.rkey, a.va, a.compare, a.swap_add)
     } else {
-        env.mem.atomic_fetch_add(qp.pd, a.rkey, a.va, a.swap_add)
+        env.mem
+            .atomic_fetch_add(accessor(qp), a.rkey, a.va, a.swap_add)
     };
     let orig = match result {
         Ok(v) => v,
@@ -569,7 +580,8 @@ fn execute_write_or_flush(
             nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
             return;
         };
-        env.mem.atomic_write(qp.pd, reth.rkey, reth.va, value)
+        env.mem
+            .atomic_write(accessor(qp), reth.rkey, reth.va, value)
     } else {
         let Some(feth) = pkt.feth else { return };
         let persistent = feth.placement_type() == FethRepr::PLACEMENT_PERSISTENCE;
@@ -590,7 +602,7 @@ fn execute_write_or_flush(
         let whole = feth.selectivity_level() == FethRepr::SELECTIVITY_MEMORY_REGION;
         let len = u64::from(reth.dma_len);
         env.mem
-            .flush(qp.pd, reth.rkey, reth.va, len, persistent, whole)
+            .flush(accessor(qp), reth.rkey, reth.va, len, persistent, whole)
     };
     if let Err(e) = result {
         nak_and_fail(qp, psn, nak_for(e), None, out);

@@ -38,6 +38,7 @@ pub fn opcode_implemented(opcode: WrOpcode) -> bool {
             | WrOpcode::Flush
             | WrOpcode::SendWithInv
             | WrOpcode::LocalInv
+            | WrOpcode::BindMw
     )
 }
 
@@ -125,6 +126,11 @@ pub fn check_send_wr(qp_type: QpType, state: QpState, cap: &QpCap, wr: &SendWr) 
                 f.placement_type, f.selectivity_level
             )));
         }
+    }
+    if wr.opcode == WrOpcode::BindMw && wr.bind_mw.is_none() {
+        return Err(VerbsError::inval(
+            "an IBV_WR_BIND_MW work request needs its bind_mw part",
+        ));
     }
     if inline && wr.opcode == WrOpcode::RdmaRead {
         return Err(VerbsError::inval(

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use softverbs_api::{wr::RemoteAddr, RecvWr, Sge, WcStatus, WrOpcode};
+use softverbs_api::{wr::RemoteAddr, BindMwWr, RecvWr, Sge, WcStatus, WrOpcode};
 
 use crate::wire::Psn;
 
@@ -47,6 +47,8 @@ pub struct SendWqe {
     pub flush: softverbs_api::wr::FlushParams,
     /// Where a UD send goes (resolved from its address handle at post time).
     pub ud: Option<UdTarget>,
+    /// Window, new rkey and target of a BIND_MW.
+    pub bind: Option<BindMwWr>,
     /// Set when the completer has seen the whole message acknowledged (or failed).
     pub status: Option<WcStatus>,
 }
