@@ -914,9 +914,11 @@ fn read_of_4096_responses_recovers_lost_responses() {
         },
         0x31,
     );
+    // About 16 ms: a shorter timeout lets a loaded machine's scheduling stalls start retry
+    // storms of whole response streams (seen with 4 ms while other builds ran).
     let opts = RcConnectOptions {
         path_mtu: Mtu::Mtu256,
-        timeout: 10, // about 4 ms
+        timeout: 12,
         ..RcConnectOptions::default()
     };
     long_reads(
@@ -948,9 +950,11 @@ fn read_streaming_longer_than_the_ack_timeout_completes() {
 
 #[test]
 fn long_read_does_not_use_up_a_small_retry_count() {
+    // About 8 ms, still far shorter than the whole READ takes; 2 ms made a loaded machine's
+    // scheduling stalls (no response processed at all) use up the retries.
     let opts = RcConnectOptions {
         path_mtu: Mtu::Mtu256,
-        timeout: 9, // about 2 ms
+        timeout: 11,
         retry_cnt: 2,
         ..RcConnectOptions::default()
     };
