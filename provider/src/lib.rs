@@ -15,22 +15,29 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "tokio")]
+mod async_wait;
+mod channel;
 mod context;
 mod cq;
+mod events;
+mod fd;
 mod mr;
 mod pd;
 mod qp;
 pub mod select;
 
+pub use channel::CompChannel;
 pub use context::{devices, Context};
 pub use cq::Cq;
+pub use events::AsyncEvents;
 pub use mr::Mr;
 pub use pd::Pd;
 pub use qp::{Qp, QpBuilder, RcConnectOptions, RcEndpoint};
 pub use softverbs_api::{
     backend::{DeviceInfo, MrKeys, PostError},
     wr::{RemoteAddr, UdDest},
-    AccessFlags, DeviceAttr, Gid, GidEntry, GidType, Mtu, PortAttr, PortState, QpAttr, QpAttrMask,
+    AccessFlags, AsyncElement, AsyncEvent, AsyncEventKind, DeviceAttr, Gid, GidEntry, GidType, Mtu, PortAttr, PortState, QpAttr, QpAttrMask,
     QpCap, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, VerbsError, VerbsResult,
     WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };

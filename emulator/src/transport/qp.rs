@@ -309,6 +309,9 @@ impl TransportQp {
             return;
         };
         if info.is_request {
+            // The engine marks the receive completion of this packet solicited (it is the
+            // last packet of its message when the requester set SE).
+            out.solicited = pkt.bth.solicited;
             responder::on_request(self, pkt, env, out);
         } else {
             completer::on_response(self, pkt, env, out);
