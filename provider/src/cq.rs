@@ -54,7 +54,11 @@ pub struct Cq {
 }
 
 impl Cq {
-    pub(crate) fn create(ctx: &Context, cqe: u32, channel: Option<&CompChannel>) -> VerbsResult<Cq> {
+    pub(crate) fn create(
+        ctx: &Context,
+        cqe: u32,
+        channel: Option<&CompChannel>,
+    ) -> VerbsResult<Cq> {
         if let Some(channel) = channel {
             channel.check_context(ctx)?;
         }

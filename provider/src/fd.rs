@@ -25,9 +25,8 @@ pub(crate) fn register_readable(
     use tokio::io::unix::AsyncFd;
     use tokio::io::Interest;
 
-    let no_runtime = || {
-        VerbsError::inval("async waits need a tokio runtime with I/O enabled (enable_io)")
-    };
+    let no_runtime =
+        || VerbsError::inval("async waits need a tokio runtime with I/O enabled (enable_io)");
     if tokio::runtime::Handle::try_current().is_err() {
         return Err(no_runtime());
     }

@@ -37,9 +37,9 @@ pub use qp::{Qp, QpBuilder, RcConnectOptions, RcEndpoint};
 pub use softverbs_api::{
     backend::{DeviceInfo, MrKeys, PostError},
     wr::{RemoteAddr, UdDest},
-    AccessFlags, AsyncElement, AsyncEvent, AsyncEventKind, DeviceAttr, Gid, GidEntry, GidType, Mtu, PortAttr, PortState, QpAttr, QpAttrMask,
-    QpCap, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, VerbsError, VerbsResult,
-    WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AsyncElement, AsyncEvent, AsyncEventKind, DeviceAttr, Gid, GidEntry, GidType, Mtu,
+    PortAttr, PortState, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendFlags,
+    SendWr, Sge, VerbsError, VerbsResult, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 pub use softverbs_emu::engine::{register_device, DeviceConfig, LinkConfig};
 pub use softverbs_emu::memory::RdmaBuffer;

@@ -147,7 +147,10 @@ fn readable_only_after_arming_and_a_new_completion() {
 
     // A receive posted in ERR is flushed at once: a new completion on the armed CQ.
     side.post_recv(2, vec![side.recv_mr.sge(0, 64).unwrap()]);
-    assert!(wait_readable(&ch), "armed CQ's completion did not raise an event");
+    assert!(
+        wait_readable(&ch),
+        "armed CQ's completion did not raise an event"
+    );
     let cq = ch.get_event(NOW).unwrap().expect("an event");
     assert_eq!(cq.id(), side.recv_cq.id(), "event names the wrong CQ");
     assert!(!readable_now(&ch), "one event, yet still readable");
@@ -157,7 +160,10 @@ fn readable_only_after_arming_and_a_new_completion() {
     side.post_recv(3, vec![side.recv_mr.sge(0, 64).unwrap()]);
     assert!(!readable_now(&ch), "one arming raised two events");
     let flushed = side.recv_cq.poll_wait(2, WAIT).unwrap();
-    assert_eq!(flushed.iter().map(|wc| wc.wr_id).collect::<Vec<_>>(), [2, 3]);
+    assert_eq!(
+        flushed.iter().map(|wc| wc.wr_id).collect::<Vec<_>>(),
+        [2, 3]
+    );
     // The send CQ was never armed: nothing about it either.
     side.send_cq.req_notify(false).unwrap();
     assert!(ch.get_event(NOW).unwrap().is_none());
@@ -211,7 +217,10 @@ fn solicited_only_arming() {
     poll_1(&b.recv_cq, "plain SEND");
     poll_1(&a.send_cq, "plain SEND at a");
     // The completion is in the CQ before poll returns it: had it fired, the event is queued.
-    assert!(!readable_now(&ch_b), "an unsolicited SEND fired a solicited arming");
+    assert!(
+        !readable_now(&ch_b),
+        "an unsolicited SEND fired a solicited arming"
+    );
 
     let target = remote_at(&b.recv_mr, 8192);
     b.post_recv(2, vec![]);
@@ -230,7 +239,14 @@ fn solicited_only_arming() {
     assert!(wait_readable(&ch_b), "SEND with SOLICITED did not fire");
     let cq = ch_b.get_event(NOW).unwrap().expect("event");
     assert_eq!(cq.id(), b.recv_cq.id());
-    check_recv_wc(&poll_1(&b.recv_cq, "solicited SEND"), 3, 4000, None, b.qpn(), a.qpn());
+    check_recv_wc(
+        &poll_1(&b.recv_cq, "solicited SEND"),
+        3,
+        4000,
+        None,
+        b.qpn(),
+        a.qpn(),
+    );
     poll_1(&a.send_cq, "solicited SEND at a");
 
     b.recv_cq.req_notify(true).unwrap();
@@ -239,7 +255,10 @@ fn solicited_only_arming() {
         send_flags: SendFlags::SIGNALED | SendFlags::SOLICITED,
         ..rdma_write_imm_wr(4, vec![a.send_mr.sge(0, 32).unwrap()], target, 7)
     });
-    assert!(wait_readable(&ch_b), "WRITE_WITH_IMM with SOLICITED did not fire");
+    assert!(
+        wait_readable(&ch_b),
+        "WRITE_WITH_IMM with SOLICITED did not fire"
+    );
     ch_b.get_event(NOW).unwrap().expect("event");
     assert_eq!(poll_1(&b.recv_cq, "solicited WRITE_WITH_IMM").imm_data, 7);
     poll_1(&a.send_cq, "solicited WRITE_WITH_IMM at a");
@@ -314,7 +333,10 @@ fn ack_counts_gate_destruction() {
     assert_eq!(side.send_cq.unacked_events(), 1);
 
     assert_eq!(side.recv_cq.unacked_events(), 3);
-    assert_eq!(side.recv_cq.ack_events(4).unwrap_err().errno(), libc::EINVAL);
+    assert_eq!(
+        side.recv_cq.ack_events(4).unwrap_err().errno(),
+        libc::EINVAL
+    );
     side.recv_cq.ack_events(1).unwrap();
     assert_eq!(side.recv_cq.unacked_events(), 2);
 
@@ -343,7 +365,10 @@ fn ack_counts_gate_destruction() {
         backend.ack_cq_events(recv_cq_id, 2).unwrap_err().errno(),
         libc::EINVAL
     );
-    assert_eq!(backend.destroy_cq(recv_cq_id).unwrap_err().errno(), libc::EBUSY);
+    assert_eq!(
+        backend.destroy_cq(recv_cq_id).unwrap_err().errno(),
+        libc::EBUSY
+    );
     backend.ack_cq_events(recv_cq_id, 1).unwrap();
     backend.destroy_cq(recv_cq_id).unwrap();
     assert_eq!(
@@ -377,17 +402,36 @@ fn channel_errors() {
         libc::EINVAL
     );
     let backend = ctx.backend();
-    assert_eq!(backend.create_cq(4, Some(999)).unwrap_err().errno(), libc::EINVAL);
-    assert_eq!(backend.get_cq_event(999, NOW).unwrap_err().errno(), libc::EINVAL);
-    assert_eq!(backend.comp_channel_fd(999).unwrap_err().errno(), libc::EINVAL);
-    assert_eq!(backend.destroy_comp_channel(999).unwrap_err().errno(), libc::EINVAL);
+    assert_eq!(
+        backend.create_cq(4, Some(999)).unwrap_err().errno(),
+        libc::EINVAL
+    );
+    assert_eq!(
+        backend.get_cq_event(999, NOW).unwrap_err().errno(),
+        libc::EINVAL
+    );
+    assert_eq!(
+        backend.comp_channel_fd(999).unwrap_err().errno(),
+        libc::EINVAL
+    );
+    assert_eq!(
+        backend.destroy_comp_channel(999).unwrap_err().errno(),
+        libc::EINVAL
+    );
     let plain = ctx.create_cq(4).unwrap();
     plain.req_notify(true).unwrap();
     assert_eq!(plain.ack_events(1).unwrap_err().errno(), libc::EINVAL);
-    assert_eq!(backend.ack_cq_events(plain.id(), 1).unwrap_err().errno(), libc::EINVAL);
+    assert_eq!(
+        backend.ack_cq_events(plain.id(), 1).unwrap_err().errno(),
+        libc::EINVAL
+    );
     // Channel ids belong to their context.
     assert_eq!(
-        other.backend().get_cq_event(ch.id(), NOW).unwrap_err().errno(),
+        other
+            .backend()
+            .get_cq_event(ch.id(), NOW)
+            .unwrap_err()
+            .errno(),
         libc::EINVAL
     );
 }
@@ -469,7 +513,10 @@ async fn tokio_next_completion() {
         .unwrap();
     assert_eq!(wc.wr_id, 2000);
     let wc = a.recv_cq.next_completion().await.unwrap();
-    assert_eq!((wc.wr_id, wc.status, wc.byte_len), (2000, WcStatus::Success, 8));
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (2000, WcStatus::Success, 8)
+    );
 }
 
 /// tokio: a CQ without a channel cannot wait (EINVAL, not a hang).
@@ -477,5 +524,8 @@ async fn tokio_next_completion() {
 async fn tokio_next_completion_needs_a_channel() {
     let ctx = open_udp_device(FILE, 13);
     let cq = ctx.create_cq(4).unwrap();
-    assert_eq!(cq.next_completion().await.unwrap_err().errno(), libc::EINVAL);
+    assert_eq!(
+        cq.next_completion().await.unwrap_err().errno(),
+        libc::EINVAL
+    );
 }

@@ -12,8 +12,8 @@ use parking_lot::{Mutex, RwLock};
 use softverbs_api::backend::{MrKeys, PostError};
 use softverbs_api::qp_transition::{validate_modify, ModifyLimits};
 use softverbs_api::{
-    AccessFlags, AsyncElement, AsyncEvent, AsyncEventKind, DeviceAttr, Gid, GidEntry, GidType,
-    Mtu, PortAttr, PortState, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpType, RecvWr, SendWr,
+    AccessFlags, AsyncElement, AsyncEvent, AsyncEventKind, DeviceAttr, Gid, GidEntry, GidType, Mtu,
+    PortAttr, PortState, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpType, RecvWr, SendWr,
     VerbsContext, VerbsError, VerbsResult, WorkCompletion,
 };
 
@@ -183,7 +183,15 @@ impl Device {
             // A port that is down sends nothing, like an unplugged cable: reliable QPs
             // retransmit once it is up again (or run out of retries).
             let n = out.packets.drain(..).count() as u64;
-            self.counters.port_down_drops.fetch_add(n, Ordering::Relaxed);
+            self.counters
+                .port_down_drops
+                .fetch_add(n, Ordering::Relaxed);
+        }
+        // Events about the QP, or about its SRQ (which belongs to the same context). Queued
+        // before the completions, so that a consumer who sees an error completion finds the
+        // event that went with it already there.
+        for event in out.events.drain(..) {
+            self.raise_async(entry.owner, event);
         }
         for c in out.completions.drain(..) {
             let cq = match c.target {
@@ -201,10 +209,6 @@ impl Device {
             }
         }
         out.solicited = false;
-        // Events about the QP, or about its SRQ (which belongs to the same context).
-        for event in out.events.drain(..) {
-            self.raise_async(entry.owner, event);
-        }
         out.entered_error = false;
         if let Some(d) = qp.next_deadline_ns() {
             self.deadline_hint_ns.fetch_min(d, Ordering::AcqRel);
@@ -329,10 +333,7 @@ impl EmuContext {
         let device = &runtime.device;
         let id = device.next_context.fetch_add(1, Ordering::Relaxed);
         let events = Arc::new(AsyncEventQueue::new()?);
-        device
-            .contexts
-            .lock()
-            .insert(id, Arc::downgrade(&events));
+        device.contexts.lock().insert(id, Arc::downgrade(&events));
         let local = Arc::new(ContextLocal {
             id,
             events,

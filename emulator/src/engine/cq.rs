@@ -198,7 +198,11 @@ mod tests {
         cq.push(wc(1, WcStatus::Success), false);
         assert_eq!(ch.get(NOW), None, "unarmed CQ raised an event");
         cq.req_notify(false);
-        assert_eq!(ch.get(NOW), None, "arming over a queued completion raised an event");
+        assert_eq!(
+            ch.get(NOW),
+            None,
+            "arming over a queued completion raised an event"
+        );
         cq.push(wc(2, WcStatus::Success), false);
         cq.push(wc(3, WcStatus::Success), false);
         assert_eq!(ch.get(NOW), Some(7));
@@ -216,7 +220,11 @@ mod tests {
         assert_eq!(ch.get(NOW), Some(7));
         cq.req_notify(true);
         cq.push(wc(3, WcStatus::WrFlushErr), false);
-        assert_eq!(ch.get(NOW), Some(7), "an error completion must fire a solicited arming");
+        assert_eq!(
+            ch.get(NOW),
+            Some(7),
+            "an error completion must fire a solicited arming"
+        );
         // Solicited then next: next wins.
         cq.req_notify(true);
         cq.req_notify(false);
@@ -230,8 +238,14 @@ mod tests {
         assert!(!cq.push(wc(1, WcStatus::Success), false));
         assert!(!cq.push(wc(2, WcStatus::Success), false));
         cq.req_notify(false);
-        assert!(cq.push(wc(3, WcStatus::Success), false), "first overrun not reported");
-        assert!(!cq.push(wc(4, WcStatus::Success), false), "overrun reported twice");
+        assert!(
+            cq.push(wc(3, WcStatus::Success), false),
+            "first overrun not reported"
+        );
+        assert!(
+            !cq.push(wc(4, WcStatus::Success), false),
+            "overrun reported twice"
+        );
         assert_eq!(ch.get(NOW), Some(7));
         let mut out = [WorkCompletion::default(); 4];
         assert_eq!(cq.poll(&mut out).unwrap_err().errno(), libc::EIO);
