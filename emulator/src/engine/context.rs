@@ -320,7 +320,14 @@ impl Drop for ContextLocal {
 /// context); the device and its engine thread live while any context does.
 ///
 /// Each open has its own async event queue and descriptor: it receives the events of the
-/// objects it created, and every port event.
+/// objects it created, and every port event. Completion channels belong to the context that
+/// made them too.
+///
+/// Where it differs from libibverbs, on purpose (never a hang): `destroy_cq` of a CQ with
+/// completion events taken and not acknowledged fails with EBUSY instead of blocking until
+/// they are; async events need not be acknowledged before their object is destroyed (they
+/// name objects by id, and queued events of a destroyed QP or CQ are dropped, as the kernel
+/// drops them); arming a CQ that has no channel is accepted and has no effect.
 #[derive(Clone)]
 pub struct EmuContext {
     pub(crate) runtime: Arc<DeviceRuntime>,
