@@ -4,7 +4,8 @@
 //! objects it created, and all see port events; taking the port down and up raises PORT_ERR /
 //! PORT_ACTIVE, changes query_port and stops traffic until it is up again; a CQ overrun is
 //! CQ_ERR plus EIO from poll; events of destroyed objects are dropped; acknowledgement
-//! errors; tokio's `next_async_event`.
+//! errors; COMM_EST once for the first packet reaching a QP in RTR; tokio's
+//! `next_async_event`.
 //!
 //! File number 42: devices on 127.10.42.n.
 
@@ -14,9 +15,10 @@ use std::time::Duration;
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use softverbs::{
-    AccessFlags, AsyncElement, AsyncEvent, AsyncEventKind, AsyncEvents, Context, PortState,
-    QpState, RcConnectOptions, SendWr, WcStatus,
+    AccessFlags, AsyncElement, AsyncEvent, AsyncEventKind, AsyncEvents, Context, PortState, QpAttr,
+    QpAttrMask, QpState, RcConnectOptions, SendWr, WcStatus,
 };
+use softverbs_api::AhAttr;
 use softverbs_conformance::{
     device_name, open_udp_device, pattern, poll_1, rc_pair, rdma_write_wr, register_mr, remote_at,
     send_and_verify, wait_until, Side, SideConfig, WAIT,
@@ -292,6 +294,77 @@ fn ack_errors() {
     );
     assert_eq!(backend.get_async_event(NOW).unwrap(), None);
     ctx.emulator().unwrap().set_port_active(true);
+}
+
+/// The first request reaching a QP still in RTR raises COMM_EST, once; a QP already in RTS
+/// when traffic starts raises none (checked by the other tests' "no event" assertions).
+#[test]
+fn comm_est_on_the_first_packet_in_rtr() {
+    let (a, b) = softverbs_conformance::side_pair(
+        &open_udp_device(FILE, 17),
+        &open_udp_device(FILE, 18),
+        &SideConfig::default(),
+    );
+    let opts = RcConnectOptions::default();
+    let ep_a = a.qp.endpoint(1, opts.sgid_index).unwrap();
+    let ep_b = b.qp.endpoint(2, opts.sgid_index).unwrap();
+    a.qp.connect_rc(1, &ep_b, &opts).unwrap();
+    // b only to RTR: it receives but cannot send (its ACKs still go out, as in verbs).
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        qp_access_flags: opts.access,
+        ..QpAttr::default()
+    };
+    b.qp.modify(
+        &init,
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
+    )
+    .unwrap();
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: opts.path_mtu,
+        dest_qp_num: ep_a.qpn,
+        rq_psn: ep_a.psn,
+        max_dest_rd_atomic: opts.max_dest_rd_atomic,
+        min_rnr_timer: opts.min_rnr_timer,
+        ah_attr: AhAttr {
+            dgid: ep_a.gid,
+            sgid_index: opts.sgid_index,
+            hop_limit: 64,
+            port_num: 1,
+            ..AhAttr::default()
+        },
+        ..QpAttr::default()
+    };
+    b.qp.modify(
+        &rtr,
+        QpAttrMask::STATE
+            | QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN
+            | QpAttrMask::MAX_DEST_RD_ATOMIC
+            | QpAttrMask::MIN_RNR_TIMER,
+    )
+    .unwrap();
+    let b_events = b.ctx.async_events().unwrap();
+    assert_no_event(&b_events, "RTR before any packet");
+    for i in 0..3u64 {
+        b.post_recv(i, vec![b.recv_mr.sge(0, 64).unwrap()]);
+        a.post_send(SendWr::send(i, vec![a.send_mr.sge(0, 64).unwrap()]));
+        assert_eq!(
+            poll_1(&b.recv_cq, "receive in RTR").status,
+            WcStatus::Success
+        );
+        assert_eq!(poll_1(&a.send_cq, "send to RTR").status, WcStatus::Success);
+    }
+    assert_eq!(
+        next_event(&b_events, "first packet in RTR"),
+        qp_event(AsyncEventKind::CommEst, b.qpn())
+    );
+    assert_no_event(&b_events, "later packets");
+    assert_no_event(&a.ctx.async_events().unwrap(), "the requester in RTS");
 }
 
 /// tokio: `next_async_event` sleeps until the port changes.

@@ -3,8 +3,9 @@
 use std::net::IpAddr;
 
 use softverbs_api::{
-    backend::PostError, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr,
-    VerbsError, VerbsResult, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    backend::PostError, AsyncElement, AsyncEvent, AsyncEventKind, QpAttr, QpAttrMask, QpCap,
+    QpState, QpType, RecvWr, SendFlags, SendWr, VerbsError, VerbsResult, WcFlags, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 
 use super::completer::CompleterState;
@@ -63,6 +64,8 @@ pub struct TransportQp {
     pub timers: QpTimers,
     /// Counters.
     pub counters: Counters,
+    /// IBV_EVENT_COMM_EST was raised (once per connection: cleared only by RESET).
+    pub comm_est_raised: bool,
 }
 
 impl TransportQp {
@@ -87,6 +90,7 @@ impl TransportQp {
             comp: CompleterState::default(),
             timers: QpTimers::default(),
             counters: Counters::default(),
+            comm_est_raised: false,
         }
     }
 
@@ -309,6 +313,15 @@ impl TransportQp {
             return;
         };
         if info.is_request {
+            if self.state() == QpState::Rtr && !self.comm_est_raised {
+                // The first request to reach a QP in RTR: communication is established (IB
+                // spec 11.6.3; what lets a passive side whose RTU got lost move on to RTS).
+                self.comm_est_raised = true;
+                out.events.push(AsyncEvent {
+                    kind: AsyncEventKind::CommEst,
+                    element: AsyncElement::Qp(self.qpn),
+                });
+            }
             // The engine marks the receive completion of this packet solicited (it is the
             // last packet of its message when the requester set SE).
             out.solicited = pkt.bth.solicited;
