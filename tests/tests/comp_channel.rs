@@ -1,8 +1,9 @@
 //! Completion channels over UDP loopback: the channel's descriptor becomes readable (poll(2),
 //! epoll) only once an armed CQ gets a completion, one event per arming; solicited-only
 //! arming skips unsolicited completions and fires on SEND / WRITE_WITH_IMM with SOLICITED
-//! and on errors; non-blocking use and a blocked waiter; acknowledgement counts gate CQ
-//! destruction and the channel is busy while CQs use it; tokio's `next_completion`.
+//! and on errors; non-blocking use and a blocked waiter; the classic arm / poll / wait / ack
+//! loop misses nothing; acknowledgement counts gate CQ destruction and the channel is busy
+//! while CQs use it; tokio's `next_completion`.
 //!
 //! File number 41: devices on 127.10.41.n.
 
@@ -302,6 +303,71 @@ fn nonblocking_and_blocking_waits() {
     assert_eq!(got, Some(b.recv_cq.id()));
     poll_1(&b.recv_cq, "receive");
     b.recv_cq.ack_events(1).unwrap();
+}
+
+/// The classic event loop of ibv_get_cq_event(3) (arm, poll until empty, wait for the
+/// event, ack, re-arm) against a sender thread with its own pace: every message is seen,
+/// in order, and no wait outlives [`WAIT`] (a lost wakeup would).
+#[test]
+fn classic_event_loop_misses_nothing() {
+    const MESSAGES: u64 = 300;
+    let cfg = SideConfig {
+        cap: QpCap {
+            max_send_wr: 512,
+            max_recv_wr: 512,
+            ..SideConfig::default().cap
+        },
+        cq_depth: 512,
+        ..SideConfig::default()
+    };
+    let (a, _ch_a, b, ch_b) = channel_pair(14, 15, &cfg);
+    for i in 0..MESSAGES {
+        b.post_recv(i, vec![b.recv_mr.sge(0, 64).unwrap()]);
+    }
+    let a = std::sync::Arc::new(a);
+    let sender = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            for i in 0..MESSAGES {
+                a.post_send(SendWr::send(i, vec![a.send_mr.sge(0, 64).unwrap()]));
+                if i % 8 == 0 {
+                    std::thread::sleep(Duration::from_micros(300));
+                }
+            }
+        })
+    };
+    let mut next = 0u64;
+    let mut waits = 0u64;
+    let mut wc = [Default::default(); 16];
+    while next < MESSAGES {
+        b.recv_cq.req_notify(false).unwrap();
+        loop {
+            let n = b.recv_cq.poll(&mut wc).unwrap();
+            for c in &wc[..n] {
+                assert_eq!((c.wr_id, c.status), (next, WcStatus::Success));
+                next += 1;
+            }
+            if n == 0 {
+                break;
+            }
+        }
+        if next == MESSAGES {
+            break;
+        }
+        let cq = ch_b
+            .get_event(Some(WAIT))
+            .unwrap()
+            .unwrap_or_else(|| panic!("no event within {WAIT:?} with {next} of {MESSAGES} seen"));
+        assert_eq!(cq.id(), b.recv_cq.id());
+        cq.ack_events(1).unwrap();
+        waits += 1;
+    }
+    sender.join().unwrap();
+    assert!(waits <= MESSAGES, "{waits} waits for {MESSAGES} messages");
+    assert_eq!(
+        a.send_cq.poll_wait(MESSAGES as usize, WAIT).unwrap().len(),
+        MESSAGES as usize
+    );
 }
 
 /// Acknowledgements: acking more than was taken is EINVAL; the backend refuses to destroy a
