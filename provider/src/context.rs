@@ -5,7 +5,9 @@ use std::sync::Arc;
 use softverbs_api::{DeviceAttr, DeviceInfo, GidEntry, PortAttr, VerbsContext, VerbsResult};
 use softverbs_emu::engine::{self, EmuContext};
 
+use crate::channel::CompChannel;
 use crate::cq::Cq;
+use crate::events::AsyncEvents;
 use crate::pd::Pd;
 use crate::select::Provider;
 
@@ -84,6 +86,21 @@ impl Context {
 
     /// `ibv_create_cq` with room for at least `cqe` completions.
     pub fn create_cq(&self, cqe: u32) -> VerbsResult<Cq> {
-        Cq::create(self, cqe)
+        Cq::create(self, cqe, None)
+    }
+
+    /// `ibv_create_comp_channel`.
+    pub fn create_comp_channel(&self) -> VerbsResult<CompChannel> {
+        CompChannel::create(self)
+    }
+
+    /// `ibv_create_cq` reporting to `channel` (of this context), which it keeps alive.
+    pub fn create_cq_with_channel(&self, cqe: u32, channel: &CompChannel) -> VerbsResult<Cq> {
+        Cq::create(self, cqe, Some(channel))
+    }
+
+    /// This context's async events (`ibv_get_async_event` and `async_fd`).
+    pub fn async_events(&self) -> VerbsResult<AsyncEvents> {
+        AsyncEvents::new(self)
     }
 }

@@ -3,20 +3,47 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use softverbs_api::{VerbsError, VerbsResult, WorkCompletion};
 
+use crate::channel::CompChannel;
 use crate::context::Context;
 
 pub(crate) struct CqInner {
     pub(crate) ctx: Context,
     pub(crate) id: u32,
     capacity: u32,
+    pub(crate) channel: Option<CompChannel>,
+    /// Events of this CQ handed out by the channel and not yet acknowledged.
+    pub(crate) unacked: Mutex<u32>,
+    /// Events the async waiters took from the channel for this CQ and not yet consumed.
+    #[cfg(feature = "tokio")]
+    pub(crate) async_wait: crate::async_wait::CqWaitState,
 }
 
 impl Drop for CqInner {
     fn drop(&mut self) {
         // QPs hold their CQs alive, so none is attached any more.
-        let _ = self.ctx.inner.backend.destroy_cq(self.id);
+        let backend = &self.ctx.inner.backend;
+        let Some(channel) = &self.channel else {
+            let _ = backend.destroy_cq(self.id);
+            return;
+        };
+        // Under the channel's CQ lock, so that a concurrent get_event either finds this CQ
+        // gone (and acknowledges for it) or has already counted its event here.
+        let mut cqs = channel.inner.cqs.lock();
+        cqs.live.remove(&self.id);
+        let unacked = *self.unacked.get_mut();
+        if unacked > 0 {
+            let _ = backend.ack_cq_events(self.id, unacked);
+        }
+        if let Err(e) = backend.destroy_cq(self.id) {
+            if e.errno() == libc::EBUSY {
+                // An event was taken by get_event and not yet matched to a handle: that
+                // call acknowledges it and destroys the CQ.
+                cqs.orphans.insert(self.id);
+            }
+        }
     }
 }
 
@@ -27,15 +54,38 @@ pub struct Cq {
 }
 
 impl Cq {
-    pub(crate) fn create(ctx: &Context, cqe: u32) -> VerbsResult<Cq> {
-        let (id, capacity) = ctx.inner.backend.create_cq(cqe, None)?;
-        Ok(Cq {
+    pub(crate) fn create(
+        ctx: &Context,
+        cqe: u32,
+        channel: Option<&CompChannel>,
+    ) -> VerbsResult<Cq> {
+        if let Some(channel) = channel {
+            channel.check_context(ctx)?;
+        }
+        let (id, capacity) = ctx
+            .inner
+            .backend
+            .create_cq(cqe, channel.map(CompChannel::id))?;
+        let cq = Cq {
             inner: Arc::new(CqInner {
                 ctx: ctx.clone(),
                 id,
                 capacity,
+                channel: channel.cloned(),
+                unacked: Mutex::new(0),
+                #[cfg(feature = "tokio")]
+                async_wait: Default::default(),
             }),
-        })
+        };
+        if let Some(channel) = channel {
+            channel
+                .inner
+                .cqs
+                .lock()
+                .live
+                .insert(id, Arc::downgrade(&cq.inner));
+        }
+        Ok(cq)
     }
 
     /// Backend id.
@@ -46,6 +96,47 @@ impl Cq {
     /// Completions it holds at most.
     pub fn capacity(&self) -> u32 {
         self.inner.capacity
+    }
+
+    /// The completion channel it reports to, if any.
+    pub fn channel(&self) -> Option<&CompChannel> {
+        self.inner.channel.as_ref()
+    }
+
+    /// `ibv_req_notify_cq`: the next completion added to this CQ (with `solicited_only`: the
+    /// next one from a request with the solicited bit, or the next unsuccessful one) raises
+    /// one event on its channel. Completions already queued raise none: arm, then poll the
+    /// CQ empty, then wait. Without a channel this has no effect.
+    pub fn req_notify(&self, solicited_only: bool) -> VerbsResult<()> {
+        self.inner
+            .ctx
+            .inner
+            .backend
+            .req_notify_cq(self.inner.id, solicited_only)
+    }
+
+    /// `ibv_ack_cq_events`: acknowledges `count` events of this CQ taken with
+    /// [`CompChannel::get_event`]; EINVAL if fewer are outstanding.
+    pub fn ack_events(&self, count: u32) -> VerbsResult<()> {
+        let mut unacked = self.inner.unacked.lock();
+        if count > *unacked {
+            return Err(VerbsError::inval(format!(
+                "acknowledging {count} event(s) of CQ {}, but {} are outstanding",
+                self.inner.id, *unacked
+            )));
+        }
+        self.inner
+            .ctx
+            .inner
+            .backend
+            .ack_cq_events(self.inner.id, count)?;
+        *unacked -= count;
+        Ok(())
+    }
+
+    /// Events taken from the channel for this CQ and not yet acknowledged.
+    pub fn unacked_events(&self) -> u32 {
+        *self.inner.unacked.lock()
     }
 
     /// `ibv_poll_cq`: fills `out` from the front of `out`; returns how many. Never blocks.

@@ -16,8 +16,13 @@
 #![warn(missing_docs)]
 
 mod ah;
+#[cfg(feature = "tokio")]
+mod async_wait;
+mod channel;
 mod context;
 mod cq;
+mod events;
+mod fd;
 mod mr;
 mod mw;
 mod pd;
@@ -26,8 +31,10 @@ pub mod select;
 mod srq;
 
 pub use ah::Ah;
+pub use channel::CompChannel;
 pub use context::{devices, Context};
 pub use cq::Cq;
+pub use events::AsyncEvents;
 pub use mr::Mr;
 pub use mw::{Mw, MwBindTarget};
 pub use pd::Pd;

@@ -217,8 +217,13 @@ fn the_limit_disarms_once_it_is_crossed() {
         })
         .collect();
     srq.post_recv(&wrs).unwrap();
+    let events = recv_mr.pd().context().async_events().unwrap();
     srq.arm_limit(4).unwrap();
     assert_eq!(srq.query().unwrap().srq_limit, 4);
+    let no_event = |what: &str| {
+        let got = events.get(Some(std::time::Duration::ZERO)).unwrap();
+        assert_eq!(got, None, "{what}");
+    };
     let send = |id: u64| {
         a.post_send(SendWr::send(id, vec![a.send_mr.sge(0, 8).unwrap()]));
         poll_1(&a.send_cq, "send");
@@ -226,10 +231,26 @@ fn the_limit_disarms_once_it_is_crossed() {
     };
     send(1); // 5 left: not below 4
     assert_eq!(srq.query().unwrap().srq_limit, 4, "still armed");
+    no_event("5 left");
     send(2); // 4 left: not below 4
     assert_eq!(srq.query().unwrap().srq_limit, 4, "still armed");
+    no_event("4 left");
     send(3); // 3 left: below the limit, it fires and disarms
     assert_eq!(srq.query().unwrap().srq_limit, 0, "disarmed after firing");
+    let event = events.get(Some(WAIT)).unwrap().expect("SRQ_LIMIT_REACHED");
+    assert_eq!(event.kind, softverbs::AsyncEventKind::SrqLimitReached);
+    assert_eq!(event.element, softverbs::AsyncElement::Srq(srq.id()));
+    send(4);
+    no_event("the limit fires once");
+    // A QP on the SRQ that enters ERR raises LAST_WQE_REACHED.
+    let err = softverbs::QpAttr {
+        qp_state: softverbs::QpState::Err,
+        ..Default::default()
+    };
+    b.modify(&err, softverbs::QpAttrMask::STATE).unwrap();
+    let event = events.get(Some(WAIT)).unwrap().expect("LAST_WQE_REACHED");
+    assert_eq!(event.kind, softverbs::AsyncEventKind::QpLastWqeReached);
+    assert_eq!(event.element, softverbs::AsyncElement::Qp(b.qp_num()));
     drop(b);
 }
 

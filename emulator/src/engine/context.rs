@@ -2,21 +2,25 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 use softverbs_api::backend::{MrKeys, PostError};
 use softverbs_api::mw::{BindMwWr, MwBind, MwType};
 use softverbs_api::qp_transition::{validate_modify, ModifyLimits};
 use softverbs_api::{
-    AccessFlags, AhAttr, DeviceAttr, Gid, GidEntry, GidType, Mtu, PortAttr, PortState, QpAttr,
-    QpAttrMask, QpCap, QpInitAttr, RecvWr, SendWr, SrqAttr, SrqAttrMask, VerbsContext, VerbsError,
-    VerbsResult, WorkCompletion,
+    AccessFlags, AhAttr, AsyncElement, AsyncEvent, AsyncEventKind, DeviceAttr, Gid, GidEntry,
+    GidType, Mtu, PortAttr, PortState, QpAttr, QpAttrMask, QpCap, QpInitAttr, RecvWr, SendWr,
+    SrqAttr, SrqAttrMask, VerbsContext, VerbsError, VerbsResult, WorkCompletion,
 };
 
+use super::async_events::AsyncEventQueue;
 use super::clock::Clock;
+use super::comp_channel::CompChannel;
 use super::config::DeviceConfig;
 use super::cq::CompletionQueue;
 use crate::memory::MrTable;
@@ -54,6 +58,8 @@ pub const MAX_SRQ_WR: u32 = 0x4000;
 pub const MAX_SRQ_SGE: u32 = 27;
 /// Most address handles.
 pub const MAX_AH: u32 = 0x3ffe;
+/// Most completion channels per context (each holds a file descriptor).
+pub const MAX_COMP_CHANNELS: usize = 1024;
 
 /// A QP, the CQs it completes into and the SRQ it receives from.
 pub(crate) struct QpEntry {
@@ -62,6 +68,8 @@ pub(crate) struct QpEntry {
     pub(crate) send_cq: Arc<CompletionQueue>,
     pub(crate) recv_cq: Arc<CompletionQueue>,
     pub(crate) srq: Option<Arc<Mutex<SharedRecvQueue>>>,
+    /// The context that created it (whose async queue gets its events).
+    pub(crate) owner: u64,
 }
 
 /// Device-wide counters of packets that never reached a QP.
@@ -79,6 +87,8 @@ pub struct DeviceCounters {
     pub delivered: AtomicU64,
     /// Link send errors.
     pub send_errors: AtomicU64,
+    /// Packets not sent or not received because the port was down.
+    pub port_down_drops: AtomicU64,
 }
 
 /// The state of one device, shared by its contexts and its engine thread.
@@ -96,6 +106,11 @@ pub struct Device {
     pub(crate) qps: RwLock<HashMap<u32, Arc<QpEntry>>>,
     srqs: RwLock<HashMap<u32, Arc<Mutex<SharedRecvQueue>>>>,
     ahs: RwLock<AhTable>,
+    /// Port 1 is up (see [`EmuContext::set_port_active`]).
+    port_active: AtomicBool,
+    /// The async event queue of each open context, by context id.
+    contexts: Mutex<HashMap<u64, Weak<AsyncEventQueue>>>,
+    next_context: AtomicU64,
     next_pd: AtomicU32,
     next_srq: AtomicU32,
     next_cq: AtomicU32,
@@ -118,6 +133,9 @@ impl Device {
             qps: RwLock::new(HashMap::new()),
             srqs: RwLock::new(HashMap::new()),
             ahs: RwLock::new(AhTable::default()),
+            port_active: AtomicBool::new(true),
+            contexts: Mutex::new(HashMap::new()),
+            next_context: AtomicU64::new(1),
             next_pd: AtomicU32::new(1),
             next_srq: AtomicU32::new(1),
             next_cq: AtomicU32::new(1),
@@ -153,24 +171,81 @@ impl Device {
         Mtu::for_netdev_mtu(self.config.netdev_mtu)
     }
 
-    /// Sends the packets and queues the completions a transport call produced.
+    /// Port 1 is up.
+    pub(crate) fn port_active(&self) -> bool {
+        self.port_active.load(Ordering::Acquire)
+    }
+
+    /// Queues `event` on the async queue of context `owner` (if it is still open).
+    pub(crate) fn raise_async(&self, owner: u64, event: AsyncEvent) {
+        let queue = self.contexts.lock().get(&owner).and_then(Weak::upgrade);
+        match queue {
+            Some(queue) => queue.push(event),
+            None => tracing::debug!(?event, owner, "async event for a closed context"),
+        }
+    }
+
+    /// Queues `event` on the async queue of every open context (port events).
+    fn raise_async_all(&self, event: AsyncEvent) {
+        let queues: Vec<_> = self
+            .contexts
+            .lock()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for queue in queues {
+            queue.push(event);
+        }
+    }
+
+    /// Drops the waiting async events of context `owner` about `element` (destroyed).
+    fn forget_async(&self, owner: u64, element: AsyncElement) {
+        if let Some(queue) = self.contexts.lock().get(&owner).and_then(Weak::upgrade) {
+            queue.forget(element);
+        }
+    }
+
+    /// Sends the packets, queues the completions (raising completion events and CQ_ERR)
+    /// and the async events a transport call produced.
     pub(crate) fn deliver(&self, entry: &QpEntry, qp: &TransportQp, out: &mut Outputs) {
-        for mut packet in out.packets.drain(..) {
-            if let Err(e) = self.link.send(&mut packet) {
-                self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(device = %self.config.name, error = %e, "send failed");
+        if self.port_active() {
+            for mut packet in out.packets.drain(..) {
+                if let Err(e) = self.link.send(&mut packet) {
+                    self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(device = %self.config.name, error = %e, "send failed");
+                }
             }
+        } else {
+            // A port that is down sends nothing, like an unplugged cable: reliable QPs
+            // retransmit once it is up again (or run out of retries).
+            let n = out.packets.drain(..).count() as u64;
+            self.counters
+                .port_down_drops
+                .fetch_add(n, Ordering::Relaxed);
+        }
+        // Events about the QP, or about its SRQ (which belongs to the same context). Queued
+        // before the completions, so that a consumer who sees an error completion finds the
+        // event that went with it already there.
+        for event in out.events.drain(..) {
+            self.raise_async(entry.owner, event);
         }
         for c in out.completions.drain(..) {
             let cq = match c.target {
                 CompletionTarget::Send => &entry.send_cq,
                 CompletionTarget::Recv => &entry.recv_cq,
             };
-            cq.push_all([c.wc]);
+            // One packet per call: its SE bit belongs to the receive completion it made.
+            let solicited = out.solicited && c.target == CompletionTarget::Recv;
+            if cq.push(c.wc, solicited) {
+                let event = AsyncEvent {
+                    kind: AsyncEventKind::CqErr,
+                    element: AsyncElement::Cq(cq.id()),
+                };
+                self.raise_async(cq.owner(), event);
+            }
         }
+        out.solicited = false;
         out.entered_error = false;
-        // Async events (SRQ limit, last WQE, QP errors) have no consumer yet.
-        out.events.clear();
         if let Some(d) = qp.next_deadline_ns() {
             self.deadline_hint_ns.fetch_min(d, Ordering::AcqRel);
         }
@@ -276,16 +351,97 @@ impl Drop for DeviceRuntime {
     }
 }
 
-/// An open emulated device (one `ibv_context`). Cheap to clone; the device and its engine
-/// thread live while any context does.
+/// What belongs to one open context rather than to the device: its async event queue and
+/// its completion channels.
+pub(crate) struct ContextLocal {
+    id: u64,
+    events: Arc<AsyncEventQueue>,
+    channels: Mutex<HashMap<u32, Arc<CompChannel>>>,
+    next_channel: AtomicU32,
+    device: Weak<Device>,
+}
+
+impl Drop for ContextLocal {
+    fn drop(&mut self) {
+        if let Some(device) = self.device.upgrade() {
+            device.contexts.lock().remove(&self.id);
+        }
+    }
+}
+
+/// An open emulated device (one `ibv_context`). Cheap to clone (clones are the same
+/// context); the device and its engine thread live while any context does.
+///
+/// Each open has its own async event queue and descriptor: it receives the events of the
+/// objects it created, and every port event. Completion channels belong to the context that
+/// made them too.
+///
+/// Where it differs from libibverbs, on purpose (never a hang): `destroy_cq` of a CQ with
+/// completion events taken and not acknowledged fails with EBUSY instead of blocking until
+/// they are; async events need not be acknowledged before their object is destroyed (they
+/// name objects by id, and queued events of a destroyed QP or CQ are dropped, as the kernel
+/// drops them); arming a CQ that has no channel is accepted and has no effect.
 #[derive(Clone)]
 pub struct EmuContext {
     pub(crate) runtime: Arc<DeviceRuntime>,
+    local: Arc<ContextLocal>,
 }
 
 impl EmuContext {
+    /// A new context of the device `runtime` runs.
+    pub(crate) fn new(runtime: Arc<DeviceRuntime>) -> VerbsResult<EmuContext> {
+        let device = &runtime.device;
+        let id = device.next_context.fetch_add(1, Ordering::Relaxed);
+        let events = Arc::new(AsyncEventQueue::new()?);
+        device.contexts.lock().insert(id, Arc::downgrade(&events));
+        let local = Arc::new(ContextLocal {
+            id,
+            events,
+            channels: Mutex::new(HashMap::new()),
+            next_channel: AtomicU32::new(1),
+            device: Arc::downgrade(device),
+        });
+        Ok(EmuContext { runtime, local })
+    }
+
     fn dev(&self) -> &Device {
         &self.runtime.device
+    }
+
+    fn channel(&self, channel: u32) -> VerbsResult<Arc<CompChannel>> {
+        self.local
+            .channels
+            .lock()
+            .get(&channel)
+            .cloned()
+            .ok_or_else(|| VerbsError::inval(format!("no completion channel {channel}")))
+    }
+
+    /// Takes port 1 down (`false`) or brings it up (`true`), as unplugging or plugging a
+    /// cable would: `query_port` reports the new state and every context of the device gets
+    /// `IBV_EVENT_PORT_ERR` or `IBV_EVENT_PORT_ACTIVE` (only on a change). While the port is
+    /// down, nothing is sent and arriving datagrams are dropped (both counted in
+    /// [`DeviceCounters::port_down_drops`]); QPs keep their state, so RC requesters
+    /// retransmit and either recover once the port is up or fail with RETRY_EXC_ERR.
+    pub fn set_port_active(&self, active: bool) {
+        let dev = self.dev();
+        if dev.port_active.swap(active, Ordering::AcqRel) == active {
+            return;
+        }
+        let kind = if active {
+            AsyncEventKind::PortActive
+        } else {
+            AsyncEventKind::PortErr
+        };
+        dev.raise_async_all(AsyncEvent {
+            kind,
+            element: AsyncElement::Port(1),
+        });
+    }
+
+    /// Async events this context lost because its queue was full.
+    pub fn async_events_lost(&self) -> u64 {
+        self.local.events.lost()
     }
 
     /// The IP address and UDP port the device receives on.
@@ -355,7 +511,11 @@ impl VerbsContext for EmuContext {
             return Err(VerbsError::inval(format!("no port {port_num} (ports: 1)")));
         }
         Ok(PortAttr {
-            state: PortState::Active,
+            state: if self.dev().port_active() {
+                PortState::Active
+            } else {
+                PortState::Down
+            },
             max_mtu: Mtu::Mtu4096,
             active_mtu: self.dev().active_mtu(),
             gid_tbl_len: 2,
@@ -418,20 +578,27 @@ impl VerbsContext for EmuContext {
     }
 
     fn create_cq(&self, cqe: u32, channel: Option<u32>) -> VerbsResult<(u32, u32)> {
-        if let Some(channel) = channel {
-            return Err(VerbsError::NotFound(format!(
-                "no completion channel {channel}"
-            )));
-        }
         if cqe == 0 || cqe > MAX_CQE {
             return Err(VerbsError::inval(format!("cqe {cqe} not in 1..={MAX_CQE}")));
         }
+        // Held until the CQ is attached, so that the channel cannot be destroyed meanwhile.
+        let channels = self.local.channels.lock();
+        let channel = match channel {
+            Some(id) => Some(channels.get(&id).cloned().ok_or_else(|| {
+                VerbsError::inval(format!("no completion channel {id} on this context"))
+            })?),
+            None => None,
+        };
         let mut cqs = self.dev().cqs.write();
         if cqs.len() >= MAX_CQ as usize {
             return Err(VerbsError::nomem("CQ table full"));
         }
         let id = self.dev().next_cq.fetch_add(1, Ordering::Relaxed);
-        cqs.insert(id, Arc::new(CompletionQueue::new(cqe as usize)));
+        if let Some(channel) = &channel {
+            channel.attach(id);
+        }
+        let cq = CompletionQueue::for_context(cqe as usize, id, self.local.id, channel);
+        cqs.insert(id, Arc::new(cq));
         Ok((id, cqe))
     }
 
@@ -446,7 +613,12 @@ impl VerbsContext for EmuContext {
         if in_use {
             return Err(VerbsError::Busy(format!("CQ {cq} still has QPs")));
         }
+        if let Some(channel) = target.channel() {
+            // EBUSY while events are unacknowledged; libibverbs would block here instead.
+            channel.detach(cq)?;
+        }
         dev.cqs.write().remove(&cq);
+        dev.forget_async(target.owner(), AsyncElement::Cq(cq));
         Ok(())
     }
 
@@ -509,6 +681,7 @@ impl VerbsContext for EmuContext {
                 send_cq,
                 recv_cq,
                 srq,
+                owner: self.local.id,
             }),
         );
         Ok((qpn, granted))
@@ -542,14 +715,15 @@ impl VerbsContext for EmuContext {
     }
 
     fn destroy_qp(&self, qpn: u32) -> VerbsResult<()> {
-        self.dev()
+        let dev = self.dev();
+        let entry = dev
             .qps
             .write()
             .remove(&qpn)
-            .map(|_| ())
             .ok_or_else(|| VerbsError::NotFound(format!("no QP {qpn:#x}")))?;
+        dev.forget_async(entry.owner, AsyncElement::Qp(qpn));
         // Type 2 windows bound through it can never be used again: free their regions.
-        self.dev().mem.release_qp_windows(qpn);
+        dev.mem.release_qp_windows(qpn);
         Ok(())
     }
 
@@ -699,5 +873,71 @@ impl VerbsContext for EmuContext {
             return Err(e.error);
         }
         Ok(rkey)
+    }
+
+    fn create_comp_channel(&self) -> VerbsResult<u32> {
+        let mut channels = self.local.channels.lock();
+        if channels.len() >= MAX_COMP_CHANNELS {
+            return Err(VerbsError::nomem(format!(
+                "at most {MAX_COMP_CHANNELS} completion channels per context"
+            )));
+        }
+        let channel = Arc::new(CompChannel::new()?);
+        let id = self.local.next_channel.fetch_add(1, Ordering::Relaxed);
+        channels.insert(id, channel);
+        Ok(id)
+    }
+
+    fn destroy_comp_channel(&self, channel: u32) -> VerbsResult<()> {
+        let mut channels = self.local.channels.lock();
+        let target = channels
+            .get(&channel)
+            .ok_or_else(|| VerbsError::inval(format!("no completion channel {channel}")))?;
+        let cqs = target.attached();
+        if cqs > 0 {
+            return Err(VerbsError::Busy(format!(
+                "completion channel {channel} still has {cqs} CQ(s)"
+            )));
+        }
+        // A thread still waiting in get_cq_event keeps the channel (and its descriptor)
+        // alive through its own reference and times out normally.
+        channels.remove(&channel);
+        Ok(())
+    }
+
+    fn comp_channel_fd(&self, channel: u32) -> VerbsResult<RawFd> {
+        Ok(self.channel(channel)?.fd())
+    }
+
+    fn req_notify_cq(&self, cq: u32, solicited_only: bool) -> VerbsResult<()> {
+        self.dev().cq(cq)?.req_notify(solicited_only);
+        Ok(())
+    }
+
+    fn get_cq_event(&self, channel: u32, timeout: Option<Duration>) -> VerbsResult<Option<u32>> {
+        Ok(self.channel(channel)?.get(timeout))
+    }
+
+    fn ack_cq_events(&self, cq: u32, count: u32) -> VerbsResult<()> {
+        let target = self.dev().cq(cq)?;
+        match target.channel() {
+            Some(channel) => channel.ack(cq, count),
+            None if count == 0 => Ok(()),
+            None => Err(VerbsError::inval(format!(
+                "CQ {cq} has no completion channel, so no events to acknowledge"
+            ))),
+        }
+    }
+
+    fn async_event_fd(&self) -> VerbsResult<RawFd> {
+        Ok(self.local.events.fd())
+    }
+
+    fn get_async_event(&self, timeout: Option<Duration>) -> VerbsResult<Option<AsyncEvent>> {
+        Ok(self.local.events.get(timeout))
+    }
+
+    fn ack_async_event(&self, event: &AsyncEvent) -> VerbsResult<()> {
+        self.local.events.ack(event)
     }
 }

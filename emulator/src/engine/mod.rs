@@ -2,10 +2,13 @@
 //! PD / CQ / QP tables, feeds the transport with posted WRs, received packets and timer ticks,
 //! and delivers what the transport produces (packets to the link, completions to CQs).
 
+pub mod async_events;
 pub mod clock;
+pub mod comp_channel;
 pub mod config;
 pub mod context;
 pub mod cq;
+pub mod event_fd;
 pub mod registry;
 pub mod worker;
 

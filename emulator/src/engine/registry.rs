@@ -108,7 +108,7 @@ pub fn open_device(name: &str) -> VerbsResult<EmuContext> {
     let mut closing_since = None;
     if let Some((runtime, device)) = reg.open.get(name) {
         if let Some(runtime) = runtime.upgrade() {
-            return Ok(EmuContext { runtime });
+            return EmuContext::new(runtime);
         }
         let started = Instant::now();
         while device.strong_count() > 0 {
@@ -148,7 +148,7 @@ pub fn open_device(name: &str) -> VerbsResult<EmuContext> {
     let runtime = Arc::new(DeviceRuntime::start(device)?);
     reg.open
         .insert(name.to_string(), (Arc::downgrade(&runtime), device_weak));
-    Ok(EmuContext { runtime })
+    EmuContext::new(runtime)
 }
 
 /// Binds the socket (or attaches to the channel network) that device `config` receives on.

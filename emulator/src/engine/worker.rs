@@ -44,6 +44,11 @@ pub(crate) fn run(dev: &Arc<Device>) {
 }
 
 fn handle_datagram(dev: &Device, d: &InDatagram) {
+    if !dev.port_active() {
+        // Nothing arrives through a port that is down.
+        dev.counters.port_down_drops.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
     if !icrc_ok(d) {
         dev.counters.icrc_errors.fetch_add(1, Ordering::Relaxed);
         return;

@@ -79,6 +79,9 @@ pub struct Outputs {
     pub completions: Vec<Completion>,
     /// Set when the QP entered the error state during the call (an async event for the driver).
     pub entered_error: bool,
+    /// The packet the call handled carried the SE (solicited event) bit: the receive
+    /// completion it produced, if any, is solicited (it fires a solicited-only CQ arming).
+    pub solicited: bool,
     /// Async events the call raised (QP errors, SRQ limit, last WQE reached ...), in order;
     /// the driver queues them on the device's async event channel.
     pub events: Vec<AsyncEvent>,

@@ -68,6 +68,8 @@ pub struct TransportQp {
     pub timers: QpTimers,
     /// Counters.
     pub counters: Counters,
+    /// IBV_EVENT_COMM_EST was raised (once per connection: cleared only by RESET).
+    pub comm_est_raised: bool,
 }
 
 impl TransportQp {
@@ -94,6 +96,7 @@ impl TransportQp {
             comp: CompleterState::default(),
             timers: QpTimers::default(),
             counters: Counters::default(),
+            comm_est_raised: false,
         }
     }
 
@@ -408,6 +411,18 @@ impl TransportQp {
             return;
         };
         if info.is_request {
+            if self.state() == QpState::Rtr && !self.comm_est_raised {
+                // The first request to reach a QP in RTR: communication is established (IB
+                // spec 11.6.3; what lets a passive side whose RTU got lost move on to RTS).
+                self.comm_est_raised = true;
+                out.events.push(AsyncEvent {
+                    kind: AsyncEventKind::CommEst,
+                    element: AsyncElement::Qp(self.qpn),
+                });
+            }
+            // The engine marks the receive completion of this packet solicited (it is the
+            // last packet of its message when the requester set SE).
+            out.solicited = pkt.bth.solicited;
             responder::on_request(self, pkt, env, out);
         } else {
             completer::on_response(self, pkt, env, out);

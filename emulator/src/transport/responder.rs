@@ -4,7 +4,10 @@
 
 use std::collections::VecDeque;
 
-use softverbs_api::{AccessFlags, QpState, QpType, WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use softverbs_api::{
+    AccessFlags, AsyncElement, AsyncEvent, AsyncEventKind, QpState, QpType, WcFlags, WcOpcode,
+    WcStatus, WorkCompletion,
+};
 
 use super::output::{Completion, CompletionTarget, Env, OutPacket, Outputs};
 use super::qp::TransportQp;
@@ -696,6 +699,12 @@ fn nak_and_fail(
     if qp.qp_type == QpType::Rc {
         send_ack(qp, psn, AethRepr::nak(code, qp.resp.msn), out);
     }
+    if qp.state() != QpState::Err {
+        out.events.push(AsyncEvent {
+            kind: error_event(code),
+            element: AsyncElement::Qp(qp.qpn),
+        });
+    }
     if let Some((wr_id, status)) = failed_recv {
         out.completions.push(Completion {
             target: CompletionTarget::Recv,
@@ -710,6 +719,18 @@ fn nak_and_fail(
         });
     }
     qp.enter_error(out);
+}
+
+/// The async event of a responder that fails a request with NAK `code` (IB spec 11.6.3, as
+/// hardware reports them; rxe raises none): an access violation is the requester's
+/// QP_ACCESS_ERR, an invalid request its QP_REQ_ERR, and a local failure of this side (a
+/// receive buffer it cannot write) is QP_FATAL.
+fn error_event(code: NakCode) -> AsyncEventKind {
+    match code {
+        NakCode::RemoteAccessError => AsyncEventKind::QpAccessErr,
+        NakCode::InvalidRequest => AsyncEventKind::QpReqErr,
+        _ => AsyncEventKind::QpFatal,
+    }
 }
 
 /// Sends an ACKNOWLEDGE packet carrying `aeth` for `psn`.
