@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use softverbs_emu::net::pcap::read_capture;
+use softverbs_emu::transport::NetHeader;
 use softverbs_emu::wire::{
     flow_label_udp_src_port, parse_frame, rc_udp_src_port, solve_ipv4_identification,
     ud_udp_src_port, verify_icrc, write_icrc, IcrcContext, IpHeaderInfo, Opcode, RoceRepr,
@@ -400,4 +401,44 @@ fn udp_source_ports_follow_rxe() {
         "UDP source ports: {by_qpns} from QPNs, {by_cm_flow_label} from CM flow labels, {ud} UD"
     );
     assert!(by_qpns >= 400 && by_cm_flow_label >= 60 && ud >= 20);
+}
+
+/// What a UD receive writes into its GRH area is, for an IPv4 sender, 20 zero bytes and then
+/// exactly the IPv4 header the datagram carried (rxe copies `ip_hdr(skb)`): rebuilt from the
+/// header's fields, it must give the captured header bytes back, checksum included.
+#[test]
+fn ud_grh_area_reproduces_the_captured_ipv4_headers() {
+    let path = conformance_dir().join("ud_pingpong_mtu1500.pcap");
+    let frames = read_capture(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut checked = 0;
+    for f in &frames {
+        let link = f.link_type().expect("supported link type");
+        let Ok(Some(rf)) = parse_frame(link, &f.data) else {
+            continue;
+        };
+        let Ok((repr, _)) = RoceRepr::parse(rf.udp_payload) else {
+            continue;
+        };
+        if repr.deth.is_none() || repr.bth.dest_qp == 1 {
+            continue; // only UD data, not CM MADs on QP1
+        }
+        // The IPv4 header sits right before the 8-byte UDP header of the payload.
+        let payload_at = rf.udp_payload.as_ptr() as usize - f.data.as_ptr() as usize;
+        let ip_bytes = &f.data[payload_at - 8 - 20..payload_at - 8];
+        let ip = etherparse::Ipv4HeaderSlice::from_slice(ip_bytes).expect("IPv4 header");
+        let header = NetHeader {
+            src: IpAddr::from(ip.source_addr()),
+            dst: IpAddr::from(ip.destination_addr()),
+            hop_limit: ip.ttl(),
+            traffic_class: (ip.dcp().value() << 2) | ip.ecn().value(),
+            ipv4_identification: ip.identification(),
+            flow_label: 0,
+            udp_payload_len: rf.udp_payload.len(),
+        };
+        let grh = header.grh_bytes();
+        assert_eq!(&grh[..20], &[0u8; 20]);
+        assert_eq!(&grh[20..], ip_bytes, "frame {}", checked + 1);
+        checked += 1;
+    }
+    assert!(checked >= 2, "only {checked} UD packets in the capture");
 }
