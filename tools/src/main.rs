@@ -6,6 +6,8 @@ use clap::{Parser, Subcommand};
 
 mod decode;
 mod demo;
+mod ibv_oob;
+mod ibv_pingpong;
 mod pingpong;
 mod rc_pair;
 mod sim;
