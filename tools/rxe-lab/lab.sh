@@ -109,7 +109,7 @@ cmd_down() {
         kill -9 "$pid" 2>/dev/null || true
         echo "rxe-lab: stopped qemu (pid $pid)"
     fi
-    rm -f "$run_dir/qemu.pid" "$run_dir/monitor.sock" "$run_dir/lab.env"
+    rm -f "$run_dir/qemu.pid" "$run_dir/qmp.sock" "$run_dir/lab.env"
 }
 
 cmd_up() {
@@ -127,7 +127,7 @@ cmd_up() {
     qemu-system-x86_64 -name softverbs-rxe-lab -accel tcg -machine q35 -cpu max \
         -m "$vm_mem_mib" -smp "$vm_cpus" \
         -display none -serial "file:$run_dir/console.log" \
-        -monitor "unix:$run_dir/monitor.sock,server,nowait" \
+        -qmp "unix:$run_dir/qmp.sock,server=on,wait=off" \
         -kernel "$dir/vmlinuz" -initrd "$dir/initrd.img" \
         -append "console=ttyS0 root=/dev/vda rw init=/sbin/lab-init net.ifnames=0 panic=-1 lab_ip=$guest_ip/24 lab_mtu=$lab_mtu" \
         -drive "file=$dir/rootfs.img,if=virtio,format=raw,snapshot=on" \
@@ -161,7 +161,7 @@ SOFTVERBS_LAB_LINK=127.0.0.1:$link_port/127.0.0.1:$qemu_port
 SOFTVERBS_LAB_MTU=$lab_mtu
 SOFTVERBS_LAB_SSH_PORT=$ssh_port
 SOFTVERBS_LAB_SSH_KEY=$dir/lab_key
-SOFTVERBS_LAB_MONITOR=$run_dir/monitor.sock
+SOFTVERBS_LAB_QMP=$run_dir/qmp.sock
 SOFTVERBS_LAB_RUN=$run_dir
 ENV
     trap - ERR
