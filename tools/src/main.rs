@@ -6,8 +6,11 @@ use clap::{Parser, Subcommand};
 
 mod decode;
 mod demo;
+mod ibv_oob;
+mod ibv_pingpong;
 mod pingpong;
 mod rc_pair;
+mod rxe_lab;
 mod sim;
 
 /// softverbs: a pure-Rust RDMA verbs stack with a user-space soft-RoCE engine.
@@ -30,6 +33,8 @@ enum Command {
     Decode(decode::DecodeArgs),
     /// Run seeds of the deterministic RC simulation under faults (a failure prints its seed).
     Sim(sim::SimArgs),
+    /// The interop lab against kernel rxe in a qemu VM: build, up, run, down.
+    RxeLab(rxe_lab::RxeLabArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +45,7 @@ fn main() -> ExitCode {
         Command::Pingpong(args) => pingpong::run(&args),
         Command::Decode(args) => decode::run(&args),
         Command::Sim(args) => sim::run(&args),
+        Command::RxeLab(args) => rxe_lab::run(&args),
     }
 }
 

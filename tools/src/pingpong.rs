@@ -1,5 +1,7 @@
 //! `softverbs pingpong`: RC SEND ping-pong between two processes, like ibv_rc_pingpong. The
 //! QP numbers, PSNs and GIDs are exchanged over a TCP side channel; the data goes over RoCEv2.
+//! With `--ibv` the side channel and message order are ibv_rc_pingpong's own, so that the
+//! rdma-core program is the peer (see `ibv_pingpong.rs`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -10,6 +12,7 @@ use softverbs::{
     Gid, Mtu, RcConnectOptions, RcEndpoint, RecvWr, SendWr, VerbsError, VerbsResult, WcStatus,
 };
 
+use crate::ibv_pingpong::{self, IbvPingpongConfig, IbvRole};
 use crate::rc_pair::{pattern, RcSide};
 
 /// Arguments of `softverbs pingpong`.
@@ -36,17 +39,67 @@ pub struct PingpongArgs {
     /// Seconds to wait for any one completion or for the peer.
     #[arg(long, default_value_t = 20)]
     pub timeout_secs: u64,
+    /// Speak rdma-core's ibv_rc_pingpong side channel (port 18515 by convention; its peer
+    /// echoes each message, which is checked).
+    #[arg(long)]
+    pub ibv: bool,
+    /// Local ACK timeout exponent of the QP (4.096 us * 2^N; 18 is about 1 s).
+    #[arg(long, default_value_t = 14)]
+    pub qp_timeout: u8,
 }
 
 /// Runs one side; exit 0 only if every message in both directions was verified.
 pub fn run(args: &PingpongArgs) -> ExitCode {
-    match pingpong(args) {
+    let result = if args.ibv {
+        ibv_mode(args)
+    } else {
+        pingpong(args)
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("pingpong failed: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+fn ibv_mode(args: &PingpongArgs) -> VerbsResult<()> {
+    let mtu = Mtu::from_bytes(args.mtu)
+        .ok_or_else(|| VerbsError::inval(format!("--mtu {} is not an IB MTU", args.mtu)))?;
+    let role = match (args.listen, args.connect) {
+        (Some(addr), None) => {
+            let listener = TcpListener::bind(addr).map_err(io_err)?;
+            println!("listening on {}", listener.local_addr().map_err(io_err)?);
+            IbvRole::Server(listener)
+        }
+        (None, Some(addr)) => IbvRole::Client(addr),
+        _ => {
+            return Err(VerbsError::inval(
+                "give exactly one of --listen and --connect",
+            ))
+        }
+    };
+    let cfg = IbvPingpongConfig {
+        device: args.device.clone(),
+        size: args.size,
+        iters: args.iters,
+        mtu,
+        qp_timeout: args.qp_timeout,
+        wait: Duration::from_secs(args.timeout_secs),
+    };
+    let report = ibv_pingpong::run(&cfg, role)?;
+    println!(
+        "local QP {:#x} ({}), remote QP {:#x} ({}): {} messages of {} bytes each way, every echo verified, {:.1} ms",
+        report.local.qpn,
+        report.local.gid,
+        report.remote.qpn,
+        report.remote.gid,
+        report.iters,
+        args.size,
+        report.elapsed.as_secs_f64() * 1e3
+    );
+    Ok(())
 }
 
 fn io_err(e: std::io::Error) -> VerbsError {

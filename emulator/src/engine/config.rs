@@ -1,6 +1,6 @@
 //! How an emulated device is described: its name, IP address, UDP port, link and faults.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use softverbs_api::{VerbsError, VerbsResult};
 
@@ -16,6 +16,15 @@ pub enum LinkConfig {
     Udp,
     /// An in-process channel network shared with other devices of the process.
     Channel(ChannelNetwork),
+    /// Ethernet frames as UDP datagrams to and from a qemu socket netdev
+    /// (`-netdev socket,udp=FRAMES_LOCAL,localaddr=FRAMES_PEER`): the device is a station
+    /// on the VM's Ethernet segment with its own IPv4 address and MAC, answering ARP itself.
+    QemuSocket {
+        /// Where this side receives frames (qemu's `udp=`), on 127.0.0.0/8.
+        frames_local: SocketAddr,
+        /// Where qemu receives frames (its `localaddr=`).
+        frames_peer: SocketAddr,
+    },
 }
 
 impl std::fmt::Debug for LinkConfig {
@@ -23,6 +32,10 @@ impl std::fmt::Debug for LinkConfig {
         match self {
             LinkConfig::Udp => write!(f, "Udp"),
             LinkConfig::Channel(_) => write!(f, "Channel"),
+            LinkConfig::QemuSocket {
+                frames_local,
+                frames_peer,
+            } => write!(f, "QemuSocket({frames_local} <-> {frames_peer})"),
         }
     }
 }
@@ -98,7 +111,10 @@ impl DeviceConfig {
 
     /// Parses the device list of `SOFTVERBS_DEVICES`: comma-separated entries, each
     /// `IP`, `NAME=IP`, `IP:PORT` / `[IPv6]:PORT` or `NAME=...:PORT`. Unnamed entries are
-    /// called `softrxe<N>` by position.
+    /// called `softrxe<N>` by position. An entry may end in `@LOCAL/PEER[/MTU]`: the device
+    /// then stands on a qemu socket netdev's segment ([`LinkConfig::QemuSocket`], frames
+    /// received on UDP `LOCAL` and sent to UDP `PEER`) with netdev MTU `MTU` (1500 if not
+    /// given), e.g. `lab=10.77.0.1@127.0.0.1:47901/127.0.0.1:47902/9000`.
     pub fn parse_list(spec: &str) -> VerbsResult<Vec<DeviceConfig>> {
         let mut out = Vec::new();
         for (index, entry) in spec.split(',').map(str::trim).enumerate() {
@@ -112,16 +128,58 @@ impl DeviceConfig {
             if name.is_empty() {
                 return Err(VerbsError::inval(format!("empty device name in {entry:?}")));
             }
+            let (addr, link) = match addr.split_once('@') {
+                Some((a, l)) => (a, Some(parse_qemu_link(l)?)),
+                None => (addr, None),
+            };
             let (ip, port) = parse_addr(addr)
                 .ok_or_else(|| VerbsError::inval(format!("bad device address {addr:?}")))?;
             let mut cfg = DeviceConfig::new(name, ip);
             if let Some(port) = port {
                 cfg.udp_port = port;
             }
+            if let Some((link, mtu)) = link {
+                if !ip.is_ipv4() {
+                    return Err(VerbsError::inval(format!(
+                        "{entry:?}: a qemu socket link carries IPv4 only"
+                    )));
+                }
+                cfg.link = link;
+                cfg.netdev_mtu = mtu;
+            }
             out.push(cfg);
         }
         Ok(out)
     }
+}
+
+/// Netdev MTU of a qemu socket link when the entry names none: a NIC's default.
+const ETHERNET_DEFAULT_MTU: u32 = 1500;
+
+/// `LOCAL/PEER[/MTU]` of a device entry: the frame sockets of a qemu socket link.
+fn parse_qemu_link(s: &str) -> VerbsResult<(LinkConfig, u32)> {
+    let bad = || {
+        VerbsError::inval(format!(
+            "bad qemu socket link {s:?} (expected LOCAL/PEER[/MTU], e.g. 127.0.0.1:47901/127.0.0.1:47902/9000)"
+        ))
+    };
+    let mut parts = s.split('/');
+    let frames_local: SocketAddr = parts.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+    let frames_peer: SocketAddr = parts.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+    let mtu = match parts.next() {
+        Some(m) => m.parse::<u32>().map_err(|_| bad())?,
+        None => ETHERNET_DEFAULT_MTU,
+    };
+    if parts.next().is_some() || !(576..=65535).contains(&mtu) {
+        return Err(bad());
+    }
+    Ok((
+        LinkConfig::QemuSocket {
+            frames_local,
+            frames_peer,
+        },
+        mtu,
+    ))
 }
 
 fn parse_addr(s: &str) -> Option<(IpAddr, Option<u16>)> {
@@ -150,6 +208,42 @@ mod tests {
             DeviceConfig::parse_list("x=nonsense").unwrap_err().errno(),
             22
         );
+    }
+
+    #[test]
+    fn parses_qemu_socket_links() {
+        let list = DeviceConfig::parse_list(
+            "lab=10.77.0.1@127.0.0.1:47901/127.0.0.1:47902/9000,10.77.0.3@127.0.0.1:1/127.0.0.1:2",
+        )
+        .unwrap();
+        assert_eq!(list[0].name, "lab");
+        assert_eq!(list[0].ip, "10.77.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(list[0].udp_port, 4791);
+        assert_eq!(list[0].netdev_mtu, 9000);
+        match &list[0].link {
+            LinkConfig::QemuSocket {
+                frames_local,
+                frames_peer,
+            } => {
+                assert_eq!(*frames_local, "127.0.0.1:47901".parse().unwrap());
+                assert_eq!(*frames_peer, "127.0.0.1:47902".parse().unwrap());
+            }
+            other => panic!("wrong link {other:?}"),
+        }
+        assert_eq!(list[1].netdev_mtu, 1500);
+        for bad in [
+            "x=10.0.0.1@127.0.0.1:1",
+            "x=10.0.0.1@127.0.0.1:1/nowhere",
+            "x=10.0.0.1@127.0.0.1:1/127.0.0.1:2/12",
+            "x=10.0.0.1@127.0.0.1:1/127.0.0.1:2/9000/1",
+            "x=fe80::1@127.0.0.1:1/127.0.0.1:2",
+        ] {
+            assert_eq!(
+                DeviceConfig::parse_list(bad).unwrap_err().errno(),
+                22,
+                "{bad}"
+            );
+        }
     }
 
     #[test]

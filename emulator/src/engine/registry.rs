@@ -14,6 +14,7 @@ use super::config::{DeviceConfig, LinkConfig};
 use super::context::{Device, DeviceRuntime, EmuContext};
 use crate::net::channel::ChannelLink;
 use crate::net::fault::{FaultCounters, FaultyLink};
+use crate::net::qemu_socket::QemuSocketLink;
 use crate::net::udp::UdpLink;
 use crate::net::Link;
 
@@ -172,6 +173,22 @@ fn bind_link(config: &DeviceConfig) -> VerbsResult<Box<dyn Link>> {
                 })?;
             Box::new(link)
         }
+        LinkConfig::QemuSocket {
+            frames_local,
+            frames_peer,
+        } => Box::new(
+            QemuSocketLink::bind(
+                *frames_local,
+                *frames_peer,
+                config.mac(),
+                config.ip,
+                config.udp_port,
+            )
+            .map_err(|e| VerbsError::Io {
+                errno: e.raw_os_error().unwrap_or(libc::EINVAL),
+                message: format!("binding frames socket {frames_local} for {name}: {e}"),
+            })?,
+        ),
     })
 }
 

@@ -1,13 +1,17 @@
 //! Datagram I/O: the [`Link`] trait and its implementations (UDP sockets, an in-process
-//! channel network), a fault-injecting wrapper for either, plus pcap reading and writing.
+//! channel network, Ethernet frames over a qemu socket netdev), a fault-injecting wrapper
+//! for any, plus pcap reading and writing.
 //!
 //! A link owns the IP and UDP headers of what it sends, so it is also where the ICRC is
 //! written: the ICRC covers those headers (see `wire::icrc`).
 
+pub mod arp;
 pub mod channel;
+pub mod ethernet;
 pub mod fault;
 pub mod icrc_check;
 pub mod pcap;
+pub mod qemu_socket;
 mod sys;
 pub mod udp;
 

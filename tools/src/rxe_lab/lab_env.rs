@@ -1,0 +1,120 @@
+//! A running lab as `lab.sh up` describes it in `<run dir>/lab.env`, and the ssh command
+//! into its guest.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Default cache root of the lab (image and run state), outside any clone.
+pub const DEFAULT_CACHE: &str = "/var/cache/softverbs/rxe-lab";
+
+/// The run directory: `SOFTVERBS_LAB_RUN`, else `<SOFTVERBS_LAB_CACHE or default>/run`.
+pub fn run_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("SOFTVERBS_LAB_RUN") {
+        return PathBuf::from(dir);
+    }
+    let cache = std::env::var_os("SOFTVERBS_LAB_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CACHE));
+    cache.join("run")
+}
+
+/// Settings of a running lab.
+#[derive(Debug, Clone)]
+pub struct LabEnv {
+    /// softverbs' address on the lab link.
+    pub host_ip: Ipv4Addr,
+    /// The guest rxe's address.
+    pub guest_ip: Ipv4Addr,
+    /// Where softverbs receives the link's frames.
+    pub frames_local: SocketAddr,
+    /// Where qemu receives them.
+    pub frames_peer: SocketAddr,
+    /// MTU of the guest's lab NIC (and of softverbs' netdev).
+    pub mtu: u32,
+    /// Port of the guest's sshd on 127.0.0.1.
+    pub ssh_port: u16,
+    /// Private key of the guest's root.
+    pub ssh_key: PathBuf,
+    /// qemu's QMP socket.
+    pub qmp: PathBuf,
+    /// The run directory (captures and results go under it).
+    pub run: PathBuf,
+}
+
+impl LabEnv {
+    /// Reads `<run dir>/lab.env`; `Err` says why no lab is usable.
+    pub fn load() -> Result<LabEnv, String> {
+        let path = run_dir().join("lab.env");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("no lab is up ({}: {e})", path.display()))?;
+        let vars: HashMap<&str, &str> = text
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim(), v.trim()))
+            .collect();
+        let get = |k: &str| {
+            vars.get(k)
+                .copied()
+                .ok_or_else(|| format!("{} lacks {k}", path.display()))
+        };
+        let bad = |k: &str| format!("{} has a bad {k}", path.display());
+        let (local, peer) = get("SOFTVERBS_LAB_LINK")?
+            .split_once('/')
+            .ok_or_else(|| bad("SOFTVERBS_LAB_LINK"))?;
+        Ok(LabEnv {
+            host_ip: get("SOFTVERBS_LAB_HOST_IP")?
+                .parse()
+                .map_err(|_| bad("SOFTVERBS_LAB_HOST_IP"))?,
+            guest_ip: get("SOFTVERBS_LAB_GUEST_IP")?
+                .parse()
+                .map_err(|_| bad("SOFTVERBS_LAB_GUEST_IP"))?,
+            frames_local: local.parse().map_err(|_| bad("SOFTVERBS_LAB_LINK"))?,
+            frames_peer: peer.parse().map_err(|_| bad("SOFTVERBS_LAB_LINK"))?,
+            mtu: get("SOFTVERBS_LAB_MTU")?
+                .parse()
+                .map_err(|_| bad("SOFTVERBS_LAB_MTU"))?,
+            ssh_port: get("SOFTVERBS_LAB_SSH_PORT")?
+                .parse()
+                .map_err(|_| bad("SOFTVERBS_LAB_SSH_PORT"))?,
+            ssh_key: PathBuf::from(get("SOFTVERBS_LAB_SSH_KEY")?),
+            qmp: PathBuf::from(get("SOFTVERBS_LAB_QMP")?),
+            run: PathBuf::from(get("SOFTVERBS_LAB_RUN")?),
+        })
+    }
+
+    /// The `SOFTVERBS_DEVICES` entry of softverbs' device on the lab link.
+    pub fn device_spec(&self, name: &str) -> String {
+        format!(
+            "{name}={}@{}/{}/{}",
+            self.host_ip, self.frames_local, self.frames_peer, self.mtu
+        )
+    }
+
+    /// `ssh` into the guest as root with `extra` options (port forwards) before the host;
+    /// the caller appends the remote command.
+    pub fn ssh(&self, extra: &[String]) -> Command {
+        let mut c = Command::new("ssh");
+        c.arg("-i")
+            .arg(&self.ssh_key)
+            .args(["-p", &self.ssh_port.to_string()])
+            .args([
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+                "-o",
+                "LogLevel=ERROR",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "ConnectTimeout=10",
+                "-o",
+                "ExitOnForwardFailure=yes",
+            ])
+            .args(extra)
+            .arg("root@127.0.0.1");
+        c
+    }
+}

@@ -1,0 +1,296 @@
+//! `softverbs rxe-lab build|up|down|status|run`: the interop lab against the Linux kernel's
+//! rxe driver in a qemu VM (docs/rxe-lab.md). `build`, `up`, `down` and `status` are the
+//! shell script tools/rxe-lab/lab.sh; `run` drives the scenarios from here, with softverbs on
+//! the lab link in this process.
+
+mod guest_peer;
+mod lab_env;
+mod pattern;
+mod pingpong_cases;
+mod qmp;
+mod results;
+mod verb_cases;
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use softverbs::{register_device, DeviceConfig, LinkConfig};
+
+use lab_env::LabEnv;
+use results::{Row, Verdict};
+use verb_cases::{Direction, Verb};
+
+/// Exit code of `run` when no lab is usable (the scenarios were skipped, not passed).
+pub const EXIT_SKIPPED: u8 = 77;
+/// Name of softverbs' device on the lab link.
+const LAB_DEVICE: &str = "lab";
+
+/// Arguments of `softverbs rxe-lab`.
+#[derive(clap::Args)]
+pub struct RxeLabArgs {
+    #[command(subcommand)]
+    action: Action,
+}
+
+#[derive(clap::Subcommand)]
+enum Action {
+    /// Build the guest image (debootstrap; cached by recipe hash outside the clone).
+    Build,
+    /// Boot the guest under qemu (TCG) and create rxe0 on its lab NIC.
+    Up,
+    /// Stop the guest and remove the run state (safe to call when nothing runs).
+    Down,
+    /// Say whether a lab is up.
+    Status,
+    /// Run the interop scenarios against a lab that is up.
+    Run(RunArgs),
+}
+
+/// Arguments of `softverbs rxe-lab run`.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// Only scenarios whose name contains this text (e.g. `WRITE`, `pingpong`).
+    #[arg(long)]
+    only: Option<String>,
+    /// Path MTUs to run at.
+    #[arg(long, value_delimiter = ',', default_value = "1024,4096")]
+    mtu: Vec<u32>,
+    /// Write the results table here too (markdown).
+    #[arg(long)]
+    results: Option<PathBuf>,
+    /// Do not record captures.
+    #[arg(long)]
+    no_capture: bool,
+}
+
+/// The lab script: `SOFTVERBS_LAB_SCRIPTS/lab.sh`, else the one beside this crate's sources.
+fn lab_script() -> PathBuf {
+    match std::env::var_os("SOFTVERBS_LAB_SCRIPTS") {
+        Some(dir) => PathBuf::from(dir).join("lab.sh"),
+        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/rxe-lab/lab.sh")),
+    }
+}
+
+/// Runs the subcommand.
+pub fn run(args: &RxeLabArgs) -> ExitCode {
+    let script_action = match &args.action {
+        Action::Build => "build",
+        Action::Up => "up",
+        Action::Down => "down",
+        Action::Status => "status",
+        Action::Run(run_args) => return run_scenarios(run_args),
+    };
+    match Command::new("bash")
+        .arg(lab_script())
+        .arg(script_action)
+        .status()
+    {
+        Ok(s) if s.success() => ExitCode::SUCCESS,
+        Ok(s) => ExitCode::from(s.code().unwrap_or(1).clamp(1, 255) as u8),
+        Err(e) => {
+            eprintln!("rxe-lab: running {}: {e}", lab_script().display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// One scenario to run.
+struct Case {
+    scenario: String,
+    direction: Direction,
+    mtu: u32,
+    kind: CaseKind,
+}
+
+enum CaseKind {
+    Verb(Verb),
+    Pingpong(usize),
+}
+
+fn plan(args: &RunArgs) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for &mtu in &args.mtu {
+        for direction in Direction::BOTH {
+            for size in pingpong_cases::sizes(mtu as usize) {
+                cases.push(Case {
+                    scenario: format!("ibv_rc_pingpong {size} B"),
+                    direction,
+                    mtu,
+                    kind: CaseKind::Pingpong(size),
+                });
+            }
+            for verb in Verb::ALL {
+                cases.push(Case {
+                    scenario: format!("RC {}", verb.name()),
+                    direction,
+                    mtu,
+                    kind: CaseKind::Verb(verb),
+                });
+            }
+        }
+    }
+    if let Some(only) = &args.only {
+        cases.retain(|c| c.scenario.contains(only.as_str()));
+    }
+    cases
+}
+
+fn run_scenarios(args: &RunArgs) -> ExitCode {
+    let env = match LabEnv::load() {
+        Ok(env) => env,
+        Err(why) => {
+            println!("rxe interop skipped: {why}");
+            return ExitCode::from(EXIT_SKIPPED);
+        }
+    };
+    if let Err(e) = register_device(DeviceConfig {
+        link: LinkConfig::QemuSocket {
+            frames_local: env.frames_local,
+            frames_peer: env.frames_peer,
+        },
+        netdev_mtu: env.mtu,
+        ..DeviceConfig::new(LAB_DEVICE, env.host_ip.into())
+    }) {
+        eprintln!("rxe-lab: registering the lab device: {e}");
+        return ExitCode::FAILURE;
+    }
+    if let Err(e) = guest_peer::install(&env) {
+        println!("rxe interop skipped: {e}");
+        return ExitCode::from(EXIT_SKIPPED);
+    }
+    let capture_dir = env.run.join("captures");
+    if let Err(e) = std::fs::create_dir_all(&capture_dir) {
+        eprintln!("rxe-lab: {}: {e}", capture_dir.display());
+        return ExitCode::FAILURE;
+    }
+    println!(
+        "rxe lab: guest rxe0 at {}, softverbs device {}",
+        env.guest_ip,
+        env.device_spec(LAB_DEVICE)
+    );
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    for (i, case) in plan(args).into_iter().enumerate() {
+        let row = run_case(&env, &capture_dir, i, &case, !args.no_capture);
+        let verdict = match &row.verdict {
+            Verdict::Pass => "pass".to_string(),
+            Verdict::Fail(why) => format!("FAIL: {why}"),
+        };
+        println!(
+            "{:<24} {:<17} mtu {:<5} {:>6.1} s  {verdict}  [{}]",
+            row.scenario,
+            row.direction,
+            row.mtu,
+            row.elapsed.as_secs_f64(),
+            row.capture
+        );
+        rows.push(row);
+    }
+    let table = results::table(&rows);
+    let versions = std::fs::read_to_string(env.run.join("versions")).unwrap_or_default();
+    let doc = format!(
+        "Guest: {}\n\n{table}",
+        versions.split_whitespace().collect::<Vec<_>>().join(", ")
+    );
+    let _ = std::fs::write(env.run.join("results.md"), &doc);
+    if let Some(path) = &args.results {
+        if let Err(e) = std::fs::write(path, &doc) {
+            eprintln!("rxe-lab: writing {}: {e}", path.display());
+        }
+    }
+    let passed = rows
+        .iter()
+        .filter(|r| matches!(r.verdict, Verdict::Pass))
+        .count();
+    let failed = rows
+        .iter()
+        .filter(|r| matches!(r.verdict, Verdict::Fail(_)))
+        .count();
+    println!(
+        "rxe interop: {passed} passed, {failed} failed in {:.0} s (table: {})",
+        started.elapsed().as_secs_f64(),
+        env.run.join("results.md").display()
+    );
+    if failed > 0 || rows.is_empty() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn run_case(
+    env: &LabEnv,
+    capture_dir: &std::path::Path,
+    index: usize,
+    case: &Case,
+    capture: bool,
+) -> Row {
+    let started = Instant::now();
+    let slug: String = format!(
+        "{:03}-{}-{}-mtu{}",
+        index,
+        case.scenario,
+        match case.direction {
+            Direction::SoftverbsToRxe => "sv2rxe",
+            Direction::RxeToSoftverbs => "rxe2sv",
+        },
+        case.mtu
+    )
+    .chars()
+    .map(|c| {
+        if c.is_ascii_alphanumeric() || c == '-' {
+            c
+        } else {
+            '_'
+        }
+    })
+    .collect();
+    let file = capture_dir.join(format!("{slug}.pcap"));
+    let cap = if capture {
+        Some(qmp::Capture::start(
+            &env.qmp,
+            "lab",
+            &format!("cap{index}"),
+            &file,
+        ))
+    } else {
+        None
+    };
+    let outcome = match &cap {
+        Some(Err(e)) => Err(format!("capture: {e}")),
+        _ => match case.kind {
+            CaseKind::Verb(verb) => {
+                verb_cases::run(env, LAB_DEVICE, verb, case.direction, case.mtu)
+            }
+            CaseKind::Pingpong(size) => {
+                pingpong_cases::run(env, LAB_DEVICE, case.direction, case.mtu, size)
+            }
+        },
+    };
+    let capture_result = match cap {
+        Some(Ok(c)) => match c.stop() {
+            Ok(file) => results::check_capture(&file),
+            Err(e) => Err(format!("stopping the capture: {e}")),
+        },
+        Some(Err(e)) => Err(e),
+        None => Ok("not recorded".to_string()),
+    };
+    let (covered, verdict) = match (outcome, &capture_result) {
+        (Ok(covered), Ok(_)) => (covered, Verdict::Pass),
+        (Ok(covered), Err(e)) => (covered, Verdict::Fail(format!("capture: {e}"))),
+        (Err(e), _) => (String::new(), Verdict::Fail(e)),
+    };
+    Row {
+        scenario: case.scenario.clone(),
+        direction: case.direction.label().to_string(),
+        mtu: case.mtu,
+        covered,
+        verdict,
+        elapsed: started.elapsed(),
+        capture: match capture_result {
+            Ok(s) => s,
+            Err(e) => e,
+        },
+    }
+}

@@ -1,0 +1,139 @@
+//! Unmodified rdma-core `ibv_rc_pingpong` in the guest against `softverbs pingpong --ibv`,
+//! in both roles. The side channel crosses ssh port forwards on 127.0.0.1 (`-R` when the
+//! guest is the client, `-L` when it serves), so the guest needs no route to the host.
+
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use softverbs::Mtu;
+
+use super::lab_env::LabEnv;
+use super::verb_cases::{Direction, LAB_QP_TIMEOUT};
+use crate::ibv_oob::IBV_PINGPONG_PORT;
+use crate::ibv_pingpong::{self, IbvPingpongConfig, IbvRole};
+
+/// Longest wait for the side channel or any one completion.
+const WAIT: Duration = Duration::from_secs(60);
+/// The guest program is killed after this many seconds whatever happens, so that a failed
+/// case never leaves it holding the side channel's port.
+const GUEST_LIFETIME_S: u64 = 150;
+/// Longest wait for the guest program to exit once our side is done.
+const GUEST_EXIT_WAIT: Duration = Duration::from_secs(30);
+
+/// Message sizes at path MTU `mtu`: the issue's, except 0 B (ibv_rc_pingpong has no empty
+/// messages).
+pub fn sizes(mtu: usize) -> Vec<usize> {
+    vec![1, mtu - 1, mtu, mtu + 1, 1 << 20]
+}
+
+fn iters_for(size: usize) -> u64 {
+    if size >= 1 << 20 {
+        4
+    } else {
+        20
+    }
+}
+
+fn wait_guest(mut child: Child) -> Result<String, String> {
+    let deadline = Instant::now() + GUEST_EXIT_WAIT;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err("ibv_rc_pingpong in the guest did not finish".into());
+            }
+        }
+    }
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        return Err(format!(
+            "ibv_rc_pingpong in the guest failed ({}): {}",
+            out.status,
+            text.trim()
+        ));
+    }
+    Ok(text)
+}
+
+fn free_local_port() -> Result<u16, String> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+/// One ping-pong of `size` bytes at path MTU `mtu`; `dir` names who sends first (the
+/// ibv_rc_pingpong client is the first sender).
+pub fn run(
+    env: &LabEnv,
+    device: &str,
+    dir: Direction,
+    mtu: u32,
+    size: usize,
+) -> Result<String, String> {
+    let iters = iters_for(size);
+    let cfg = IbvPingpongConfig {
+        device: device.to_string(),
+        size,
+        iters,
+        mtu: Mtu::from_bytes(mtu).ok_or("bad MTU")?,
+        qp_timeout: LAB_QP_TIMEOUT,
+        wait: WAIT,
+    };
+    let guest_cmd = format!(
+        "exec timeout {GUEST_LIFETIME_S} ibv_rc_pingpong -d rxe0 -g 1 -m {mtu} -s {size} -n {iters} -p {IBV_PINGPONG_PORT}"
+    );
+    let spawn = |extra: Vec<String>, cmd: String| {
+        env.ssh(&extra)
+            .arg(cmd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("ssh: {e}"))
+    };
+    let (report, child) = match dir {
+        // softverbs sends first: it is the client, rxe serves.
+        Direction::SoftverbsToRxe => {
+            let port = free_local_port()?;
+            let child = spawn(
+                vec![
+                    "-L".into(),
+                    format!("127.0.0.1:{port}:127.0.0.1:{IBV_PINGPONG_PORT}"),
+                ],
+                guest_cmd,
+            )?;
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            (ibv_pingpong::run(&cfg, IbvRole::Client(addr)), child)
+        }
+        Direction::RxeToSoftverbs => {
+            let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+            let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+            let child = spawn(
+                vec!["-R".into(), format!("{IBV_PINGPONG_PORT}:127.0.0.1:{port}")],
+                format!("{guest_cmd} 127.0.0.1"),
+            )?;
+            (ibv_pingpong::run(&cfg, IbvRole::Server(listener)), child)
+        }
+    };
+    match report {
+        Ok(r) => {
+            wait_guest(child)?;
+            Ok(format!(
+                "{iters} x {size} B each way, echoes verified, {:.0} ms",
+                r.elapsed.as_secs_f64() * 1e3
+            ))
+        }
+        Err(e) => {
+            // Our ssh child only; the guest side ends by its own timeout.
+            let mut child = child;
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e.to_string())
+        }
+    }
+}

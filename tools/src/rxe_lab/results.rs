@@ -1,0 +1,139 @@
+//! What a lab run found: one row per scenario x direction x MTU, with the checks of its
+//! capture, printed as the markdown table of docs/rxe-lab.md.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// Outcome of one row.
+#[derive(Debug, Clone)]
+pub enum Verdict {
+    /// Every check passed.
+    Pass,
+    /// A check failed: why.
+    Fail(String),
+}
+
+/// One row of the results table.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Scenario name (e.g. `RC WRITE`).
+    pub scenario: String,
+    /// Who requests.
+    pub direction: String,
+    /// Path MTU.
+    pub mtu: u32,
+    /// What was covered (sizes ...).
+    pub covered: String,
+    /// Outcome.
+    pub verdict: Verdict,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// The capture's checks (decode --verify and tshark), when there was one.
+    pub capture: String,
+}
+
+/// Checks a capture: `softverbs decode --verify` (ICRC and byte-exact re-emission of every
+/// RoCE packet) and, where tshark is installed, no malformed or error-level expert frame and
+/// at least one frame tshark dissects as InfiniBand. `Ok` summarises, `Err` says what failed.
+pub fn check_capture(file: &Path) -> Result<String, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = Command::new(exe)
+        .arg("decode")
+        .arg("--verify")
+        .arg(file)
+        .output()
+        .map_err(|e| format!("running softverbs decode: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let summary = text.lines().last().unwrap_or("").to_string();
+    if !out.status.success() {
+        return Err(format!("decode --verify failed: {summary}"));
+    }
+    let roce: usize = summary
+        .split(", ")
+        .find_map(|p| p.strip_suffix(" roce").and_then(|n| n.parse().ok()))
+        .unwrap_or(0);
+    if roce == 0 {
+        return Err(format!("capture holds no RoCE packet: {summary}"));
+    }
+    let tshark = match tshark_errors(file) {
+        Ok(None) => "tshark: not installed".to_string(),
+        Ok(Some(n)) => format!("tshark: {n} IB frames, 0 malformed"),
+        Err(e) => return Err(e),
+    };
+    Ok(format!("{roce} RoCE pkts, ICRC ok; {tshark}"))
+}
+
+/// Wireshark's heuristics that guess an upper protocol (RPC-over-RDMA, SMB Direct, ...) from
+/// a SEND's payload bytes. The lab's payloads are test patterns, which these heuristics
+/// misread as malformed packets of their protocol (rxe's own 1-byte SENDs included), so they
+/// are off: the check is about the RoCE headers.
+const PAYLOAD_HEURISTICS: [&str; 10] = [
+    "rpcrdma_infiniband",
+    "smcr_infiniband",
+    "smb_direct_infiniband",
+    "nvme_rdma",
+    "lnet_ib",
+    "iser_infiniband",
+    "eth_over_ib",
+    "mellanox_eoib",
+    "sdp_infiniband",
+    "fc_infiniband",
+];
+
+/// `Ok(None)` without tshark; `Ok(Some(ib_frames))` if clean; `Err` names bad frames.
+fn tshark_errors(file: &Path) -> Result<Option<usize>, String> {
+    let run = |filter: &str| {
+        let mut c = Command::new("tshark");
+        for h in PAYLOAD_HEURISTICS {
+            c.args(["--disable-heuristic", h]);
+        }
+        c.arg("-r")
+            .arg(file)
+            .args(["-Y", filter, "-T", "fields", "-e", "frame.number"])
+            .stderr(std::process::Stdio::null())
+            .output()
+    };
+    let bad = match run("_ws.malformed || _ws.expert.severity >= \"error\"") {
+        Ok(o) if o.status.success() => o.stdout,
+        Ok(o) => return Err(format!("tshark failed: {}", o.status)),
+        Err(_) => return Ok(None),
+    };
+    let bad: Vec<String> = String::from_utf8_lossy(&bad)
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    if !bad.is_empty() {
+        return Err(format!("tshark flags frames {}", bad.join(",")));
+    }
+    let ib = run("infiniband").map_err(|e| e.to_string())?;
+    let n = String::from_utf8_lossy(&ib.stdout).lines().count();
+    if n == 0 {
+        return Err("tshark dissects no InfiniBand frame".into());
+    }
+    Ok(Some(n))
+}
+
+/// The markdown table of `rows`.
+pub fn table(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "| scenario | direction | path MTU | covered | result | time | capture |\n|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let verdict = match &r.verdict {
+            Verdict::Pass => "pass".to_string(),
+            Verdict::Fail(why) => format!("**FAIL**: {}", why.replace('|', "/")),
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {:.1} s | {} |\n",
+            r.scenario,
+            r.direction,
+            r.mtu,
+            r.covered,
+            verdict,
+            r.elapsed.as_secs_f64(),
+            r.capture.replace('|', "/")
+        ));
+    }
+    out
+}
