@@ -300,7 +300,7 @@ trait OptEq {
 
 impl OptEq for Option<usize> {
     fn is_none_or_eq(&self, v: usize) -> bool {
-        self.map_or(true, |x| x == v)
+        self.is_none_or(|x| x == v)
     }
 }
 
