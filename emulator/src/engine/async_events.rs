@@ -35,10 +35,7 @@ pub struct AsyncEventQueue {
 impl AsyncEventQueue {
     /// An empty queue with its own descriptor.
     pub fn new() -> VerbsResult<AsyncEventQueue> {
-        let fd = EventFd::new().map_err(|e| VerbsError::Io {
-            errno: e.raw_os_error().unwrap_or(libc::EMFILE),
-            message: format!("creating the async event descriptor: {e}"),
-        })?;
+        let fd = EventFd::for_verbs("async event")?;
         Ok(AsyncEventQueue {
             state: Mutex::new(State::default()),
             arrived: Condvar::new(),

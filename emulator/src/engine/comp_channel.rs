@@ -31,10 +31,7 @@ pub struct CompChannel {
 impl CompChannel {
     /// A channel with no CQ and its own descriptor.
     pub fn new() -> VerbsResult<CompChannel> {
-        let fd = EventFd::new().map_err(|e| VerbsError::Io {
-            errno: e.raw_os_error().unwrap_or(libc::EMFILE),
-            message: format!("creating the completion channel descriptor: {e}"),
-        })?;
+        let fd = EventFd::for_verbs("completion channel")?;
         Ok(CompChannel {
             state: Mutex::new(State::default()),
             arrived: Condvar::new(),

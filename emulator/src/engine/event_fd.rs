@@ -17,6 +17,14 @@ pub struct EventFd {
 }
 
 impl EventFd {
+    /// [`EventFd::new`] as a verbs error naming `what` the descriptor is for.
+    pub fn for_verbs(what: &str) -> softverbs_api::VerbsResult<EventFd> {
+        EventFd::new().map_err(|e| softverbs_api::VerbsError::Io {
+            errno: e.raw_os_error().unwrap_or(libc::EMFILE),
+            message: format!("creating the {what} descriptor: {e}"),
+        })
+    }
+
     /// A new descriptor with no tokens.
     pub fn new() -> io::Result<EventFd> {
         let flags = libc::EFD_SEMAPHORE | libc::EFD_NONBLOCK | libc::EFD_CLOEXEC;
