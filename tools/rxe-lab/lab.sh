@@ -70,6 +70,14 @@ cmd_build() {
         { tail -n 30 "$cache_root/build.log" >&2; die "image build failed (log: $cache_root/build.log)"; }
     mv "$tmp" "$dir"
     trap - EXIT
+    # Images of older recipes are dead weight (about 1 GB each).
+    for old in "$cache_root"/*; do
+        case "${old##*/}" in
+            "${dir##*/}") ;;
+            [0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f])
+                rm -rf "$old" ;;
+        esac
+    done
     echo "rxe-lab: built in $((SECONDS - started)) s: $(tr '\n' ';' < "$dir/versions")"
 }
 
