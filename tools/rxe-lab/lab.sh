@@ -128,8 +128,8 @@ cmd_up() {
     if qemu_pid >/dev/null; then die "a lab is already up (run down first)"; fi
     mkdir -p "$run_dir"
     rm -f "$run_dir/console.log"
-    # A failed boot leaves nothing running.
-    trap 'cmd_down >/dev/null 2>&1 || true' ERR
+    # A failed boot leaves nothing running (die exits, so EXIT, not ERR).
+    trap 'cmd_down >/dev/null 2>&1 || true' EXIT
     local started=$SECONDS
     # -accel tcg: this host's paravirtual KVM does not boot a stock Debian kernel.
     qemu-system-x86_64 -name softverbs-rxe-lab -accel tcg -machine q35 -cpu max \
@@ -172,7 +172,7 @@ SOFTVERBS_LAB_SSH_KEY=$dir/lab_key
 SOFTVERBS_LAB_QMP=$run_dir/qmp.sock
 SOFTVERBS_LAB_RUN=$run_dir
 ENV
-    trap - ERR
+    trap - EXIT
     echo "rxe-lab: up in $((SECONDS - started)) s (guest ready after $booted s): $(tr '\n' ' ' < "$run_dir/versions")"
 }
 

@@ -140,7 +140,7 @@ impl EthernetStation {
         let due = self
             .asked
             .get(&dst)
-            .map_or(true, |t| now.duration_since(*t) >= ARP_RETRY);
+            .is_none_or(|t| now.duration_since(*t) >= ARP_RETRY);
         if !due {
             return Ok(Vec::new());
         }
