@@ -70,6 +70,14 @@ cmd_build() {
         { tail -n 30 "$cache_root/build.log" >&2; die "image build failed (log: $cache_root/build.log)"; }
     mv "$tmp" "$dir"
     trap - EXIT
+    # Images of older recipes are dead weight (about 1 GB each).
+    for old in "$cache_root"/*; do
+        case "${old##*/}" in
+            "${dir##*/}") ;;
+            [0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f])
+                rm -rf "$old" ;;
+        esac
+    done
     echo "rxe-lab: built in $((SECONDS - started)) s: $(tr '\n' ';' < "$dir/versions")"
 }
 
@@ -120,8 +128,8 @@ cmd_up() {
     if qemu_pid >/dev/null; then die "a lab is already up (run down first)"; fi
     mkdir -p "$run_dir"
     rm -f "$run_dir/console.log"
-    # A failed boot leaves nothing running.
-    trap 'cmd_down >/dev/null 2>&1 || true' ERR
+    # A failed boot leaves nothing running (die exits, so EXIT, not ERR).
+    trap 'cmd_down >/dev/null 2>&1 || true' EXIT
     local started=$SECONDS
     # -accel tcg: this host's paravirtual KVM does not boot a stock Debian kernel.
     qemu-system-x86_64 -name softverbs-rxe-lab -accel tcg -machine q35 -cpu max \
@@ -164,7 +172,7 @@ SOFTVERBS_LAB_SSH_KEY=$dir/lab_key
 SOFTVERBS_LAB_QMP=$run_dir/qmp.sock
 SOFTVERBS_LAB_RUN=$run_dir
 ENV
-    trap - ERR
+    trap - EXIT
     echo "rxe-lab: up in $((SECONDS - started)) s (guest ready after $booted s): $(tr '\n' ' ' < "$run_dir/versions")"
 }
 

@@ -43,6 +43,9 @@ pub struct IbvPingpongConfig {
     pub qp_timeout: u8,
     /// Longest wait for the side channel or for any one completion.
     pub wait: Duration,
+    /// Behave as ibv_rc_pingpong itself: send back the last message received (the 0x7b fill
+    /// before any), check no data. For testing the checking mode without rdma-core.
+    pub echo: bool,
 }
 
 /// Which end of the side channel we are.
@@ -141,8 +144,18 @@ pub fn run(cfg: &IbvPingpongConfig, role: IbvRole) -> VerbsResult<IbvPingpongRep
     // ibv_rc_pingpong's loop: counts of completed sends and receives, and what is pending.
     let (mut scnt, mut rcnt) = (0u64, 0u64);
     let (mut send_pending, mut recv_pending) = (false, true);
+    // In echo mode, what the next send carries.
+    let mut echo_buf = vec![IBV_PINGPONG_FILL; cfg.size];
+    let send = |seq: u64, echo_buf: &[u8]| {
+        let data = if cfg.echo {
+            echo_buf.to_vec()
+        } else {
+            pattern(seq, cfg.size)
+        };
+        post_send(&side, &data, seq)
+    };
     if is_client && cfg.iters > 0 {
-        post_send(&side, cfg.size, 0)?;
+        send(0, &echo_buf)?;
         send_pending = true;
     }
     let mut got = vec![0u8; cfg.size];
@@ -167,7 +180,9 @@ pub fn run(cfg: &IbvPingpongConfig, role: IbvRole) -> VerbsResult<IbvPingpongRep
                 }
                 side.recv_mr.read(0, &mut got)?;
                 let expected = expected_message(is_client, rcnt, cfg.size);
-                if got != expected {
+                if cfg.echo {
+                    echo_buf.copy_from_slice(&got);
+                } else if got != expected {
                     let at = got.iter().zip(&expected).position(|(a, b)| a != b);
                     return Err(VerbsError::inval(format!(
                         "message {rcnt}: data differs from the expected echo at byte {at:?}"
@@ -184,7 +199,7 @@ pub fn run(cfg: &IbvPingpongConfig, role: IbvRole) -> VerbsResult<IbvPingpongRep
             }
         }
         if scnt < cfg.iters && !send_pending && !recv_pending {
-            post_send(&side, cfg.size, scnt)?;
+            send(scnt, &echo_buf)?;
             send_pending = true;
             recv_pending = true;
         }
@@ -216,10 +231,13 @@ fn post_recv(side: &RcSide, size: usize, wr_id: u64) -> VerbsResult<()> {
         .map_err(|e| e.error)
 }
 
-fn post_send(side: &RcSide, size: usize, seq: u64) -> VerbsResult<()> {
-    side.send_mr.write(0, &pattern(seq, size))?;
+fn post_send(side: &RcSide, data: &[u8], seq: u64) -> VerbsResult<()> {
+    side.send_mr.write(0, data)?;
     side.qp
-        .post_send(&[SendWr::send(seq, vec![side.send_mr.sge(0, size as u32)?])])
+        .post_send(&[SendWr::send(
+            seq,
+            vec![side.send_mr.sge(0, data.len() as u32)?],
+        )])
         .map_err(|e| e.error)
 }
 

@@ -83,6 +83,7 @@ pub fn run(
         mtu: Mtu::from_bytes(mtu).ok_or("bad MTU")?,
         qp_timeout: LAB_QP_TIMEOUT,
         wait: WAIT,
+        echo: false,
     };
     let guest_cmd = format!(
         "exec timeout {GUEST_LIFETIME_S} ibv_rc_pingpong -d rxe0 -g 1 -m {mtu} -s {size} -n {iters} -p {IBV_PINGPONG_PORT}"

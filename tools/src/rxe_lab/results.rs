@@ -34,8 +34,9 @@ pub struct Row {
 }
 
 /// Checks a capture: `softverbs decode --verify` (ICRC and byte-exact re-emission of every
-/// RoCE packet) and, where tshark is installed, no malformed or error-level expert frame and
-/// at least one frame tshark dissects as InfiniBand. `Ok` summarises, `Err` says what failed.
+/// RoCE packet); where python3 is installed, the ICRC once more by an independent script;
+/// where tshark is installed, no malformed or error-level expert frame and at least one frame
+/// tshark dissects as InfiniBand. `Ok` summarises, `Err` says what failed.
 pub fn check_capture(file: &Path) -> Result<String, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = Command::new(exe)
@@ -56,12 +57,57 @@ pub fn check_capture(file: &Path) -> Result<String, String> {
     if roce == 0 {
         return Err(format!("capture holds no RoCE packet: {summary}"));
     }
+    let independent = match independent_icrc_check(file) {
+        Ok(None) => "python3 ICRC: not installed".to_string(),
+        Ok(Some(line)) => format!("python3 ICRC: {line}"),
+        Err(e) => return Err(e),
+    };
     let tshark = match tshark_errors(file) {
         Ok(None) => "tshark: not installed".to_string(),
         Ok(Some(n)) => format!("tshark: {n} IB frames, 0 malformed"),
         Err(e) => return Err(e),
     };
-    Ok(format!("{roce} RoCE pkts, ICRC ok; {tshark}"))
+    Ok(format!(
+        "{roce} RoCE pkts, ICRC ok; {independent}; {tshark}"
+    ))
+}
+
+/// tools/rxe-lab/icrc_check.py: the ICRC recomputed with Python's zlib, sharing no code
+/// with softverbs.
+const ICRC_CHECK_PY: &str = include_str!("../../rxe-lab/icrc_check.py");
+
+/// `Ok(None)` without python3; `Ok(Some(summary))` if every ICRC is right.
+fn independent_icrc_check(file: &Path) -> Result<Option<String>, String> {
+    use std::io::Write;
+    let child = Command::new("python3")
+        .args(["-", &file.to_string_lossy()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let Ok(mut child) = child else {
+        return Ok(None);
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(ICRC_CHECK_PY.as_bytes())
+            .map_err(|e| format!("python3 ICRC check: {e}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("python3 ICRC check: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text.lines().last().unwrap_or("").to_string();
+    if out.status.success() {
+        Ok(Some(last))
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        Err(format!(
+            "python3 ICRC check failed: {} {}",
+            text.lines().take(3).collect::<Vec<_>>().join("; "),
+            err.lines().last().unwrap_or("")
+        ))
+    }
 }
 
 /// Wireshark's heuristics that guess an upper protocol (RPC-over-RDMA, SMB Direct, ...) from
