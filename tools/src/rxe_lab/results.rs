@@ -67,7 +67,9 @@ pub fn check_capture(file: &Path) -> Result<String, String> {
         Ok(Some(n)) => format!("tshark: {n} IB frames, 0 malformed"),
         Err(e) => return Err(e),
     };
-    Ok(format!("{roce} RoCE pkts, ICRC ok; {independent}; {tshark}"))
+    Ok(format!(
+        "{roce} RoCE pkts, ICRC ok; {independent}; {tshark}"
+    ))
 }
 
 /// tools/rxe-lab/icrc_check.py: the ICRC recomputed with Python's zlib, sharing no code
