@@ -3,6 +3,7 @@
 //! shell script tools/rxe-lab/lab.sh; `run` drives the scenarios from here, with softverbs on
 //! the lab link in this process.
 
+mod error_cases;
 mod guest_peer;
 mod lab_env;
 mod pattern;
@@ -17,6 +18,7 @@ use std::time::Instant;
 
 use softverbs::{register_device, DeviceConfig, LinkConfig};
 
+use error_cases::ErrorCase;
 use lab_env::LabEnv;
 use results::{Row, Verdict};
 use verb_cases::{Direction, Verb};
@@ -105,6 +107,7 @@ struct Case {
 
 enum CaseKind {
     Verb(Verb),
+    Error(ErrorCase),
     Pingpong(usize),
 }
 
@@ -126,6 +129,14 @@ fn plan(args: &RunArgs) -> Vec<Case> {
                     direction,
                     mtu,
                     kind: CaseKind::Verb(verb),
+                });
+            }
+            for error in ErrorCase::ALL {
+                cases.push(Case {
+                    scenario: error.name().to_string(),
+                    direction,
+                    mtu,
+                    kind: CaseKind::Error(error),
                 });
             }
         }
@@ -262,6 +273,9 @@ fn run_case(
         _ => match case.kind {
             CaseKind::Verb(verb) => {
                 verb_cases::run(env, LAB_DEVICE, verb, case.direction, case.mtu)
+            }
+            CaseKind::Error(error) => {
+                error_cases::run(env, LAB_DEVICE, error, case.direction, case.mtu)
             }
             CaseKind::Pingpong(size) => {
                 pingpong_cases::run(env, LAB_DEVICE, case.direction, case.mtu, size)
