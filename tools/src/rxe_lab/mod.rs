@@ -7,6 +7,7 @@ mod error_cases;
 mod guest_peer;
 mod lab_env;
 mod pattern;
+mod perftest_cases;
 mod pingpong_cases;
 mod qmp;
 mod results;
@@ -20,6 +21,7 @@ use softverbs::{register_device, DeviceConfig, LinkConfig};
 
 use error_cases::ErrorCase;
 use lab_env::LabEnv;
+use perftest_cases::PerftestKind;
 use results::{Row, Verdict};
 use verb_cases::{Direction, Verb};
 
@@ -109,6 +111,7 @@ enum CaseKind {
     Verb(Verb),
     Error(ErrorCase),
     Pingpong(usize),
+    Perftest(PerftestKind),
 }
 
 fn plan(args: &RunArgs) -> Vec<Case> {
@@ -129,6 +132,14 @@ fn plan(args: &RunArgs) -> Vec<Case> {
                     direction,
                     mtu,
                     kind: CaseKind::Verb(verb),
+                });
+            }
+            for kind in PerftestKind::ALL {
+                cases.push(Case {
+                    scenario: kind.program().to_string(),
+                    direction,
+                    mtu,
+                    kind: CaseKind::Perftest(kind),
                 });
             }
             for error in ErrorCase::ALL {
@@ -276,6 +287,9 @@ fn run_case(
             }
             CaseKind::Error(error) => {
                 error_cases::run(env, LAB_DEVICE, error, case.direction, case.mtu)
+            }
+            CaseKind::Perftest(kind) => {
+                perftest_cases::run(env, LAB_DEVICE, kind, case.direction, case.mtu)
             }
             CaseKind::Pingpong(size) => {
                 pingpong_cases::run(env, LAB_DEVICE, case.direction, case.mtu, size)
