@@ -21,7 +21,7 @@ use softverbs::{register_device, DeviceConfig, LinkConfig};
 
 use error_cases::ErrorCase;
 use lab_env::LabEnv;
-use perftest_cases::PerftestKind;
+use perftest_cases::PerftestBw;
 use results::{Row, Verdict};
 use verb_cases::{Direction, Verb};
 
@@ -111,7 +111,7 @@ enum CaseKind {
     Verb(Verb),
     Error(ErrorCase),
     Pingpong(usize),
-    Perftest(PerftestKind),
+    Perftest(PerftestBw),
 }
 
 fn plan(args: &RunArgs) -> Vec<Case> {
@@ -134,7 +134,7 @@ fn plan(args: &RunArgs) -> Vec<Case> {
                     kind: CaseKind::Verb(verb),
                 });
             }
-            for kind in PerftestKind::ALL {
+            for kind in PerftestBw::ALL {
                 cases.push(Case {
                     scenario: kind.program().to_string(),
                     direction,

@@ -20,29 +20,25 @@ use crate::perftest_oob::{PerftestComm, PerftestKeys};
 
 /// The perftest programs covered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PerftestKind {
+pub enum PerftestBw {
     /// ib_send_bw
-    SendBw,
+    Send,
     /// ib_write_bw
-    WriteBw,
+    Write,
     /// ib_read_bw
-    ReadBw,
+    Read,
 }
 
-impl PerftestKind {
+impl PerftestBw {
     /// Both.
-    pub const ALL: [PerftestKind; 3] = [
-        PerftestKind::SendBw,
-        PerftestKind::WriteBw,
-        PerftestKind::ReadBw,
-    ];
+    pub const ALL: [PerftestBw; 3] = [PerftestBw::Send, PerftestBw::Write, PerftestBw::Read];
 
     /// The program's name.
     pub fn program(self) -> &'static str {
         match self {
-            PerftestKind::SendBw => "ib_send_bw",
-            PerftestKind::WriteBw => "ib_write_bw",
-            PerftestKind::ReadBw => "ib_read_bw",
+            PerftestBw::Send => "ib_send_bw",
+            PerftestBw::Write => "ib_write_bw",
+            PerftestBw::Read => "ib_read_bw",
         }
     }
 }
@@ -160,7 +156,7 @@ fn accept_server(
 pub fn run(
     env: &LabEnv,
     device: &str,
-    kind: PerftestKind,
+    kind: PerftestBw,
     dir: Direction,
     mtu: u32,
 ) -> Result<String, String> {
@@ -272,7 +268,7 @@ pub fn run(
         comm.barrier(&keys, "after connect").map_err(e)?;
         comm.barrier(&keys, "after RTR").map_err(e)?;
         let started = Instant::now();
-        if kind == PerftestKind::SendBw {
+        if kind == PerftestBw::Send {
             // ib_send_bw: the server's receives are posted before a third barrier; then the
             // client sends, and there is no report exchange in a half-duplex test.
             if !is_client {
@@ -319,16 +315,16 @@ pub fn run(
         }
         comm.close(&keys).map_err(e)?;
         let op = match kind {
-            PerftestKind::SendBw => "SEND",
-            PerftestKind::WriteBw => "WRITE",
-            PerftestKind::ReadBw => "READ",
+            PerftestBw::Send => "SEND",
+            PerftestBw::Write => "WRITE",
+            PerftestBw::Read => "READ",
         };
         Ok(if is_client {
             format!(
                 "{ITERS} x {SIZE} B {op}s posted by softverbs, all completed; peer version {}",
                 peer.version
             )
-        } else if kind == PerftestKind::SendBw {
+        } else if kind == PerftestBw::Send {
             format!(
                 "{ITERS} x {SIZE} B SENDs received by softverbs, all completions checked; peer version {}",
                 peer.version
@@ -361,13 +357,13 @@ fn post_all(
     qp: &softverbs::Qp,
     cq: &softverbs::Cq,
     mr: &softverbs::Mr,
-    kind: PerftestKind,
+    kind: PerftestBw,
     peer: &PerftestKeys,
 ) -> Result<(), String> {
     let (opcode, wc_opcode) = match kind {
-        PerftestKind::SendBw => (WrOpcode::Send, WcOpcode::Send),
-        PerftestKind::WriteBw => (WrOpcode::RdmaWrite, WcOpcode::RdmaWrite),
-        PerftestKind::ReadBw => (WrOpcode::RdmaRead, WcOpcode::RdmaRead),
+        PerftestBw::Send => (WrOpcode::Send, WcOpcode::Send),
+        PerftestBw::Write => (WrOpcode::RdmaWrite, WcOpcode::RdmaWrite),
+        PerftestBw::Read => (WrOpcode::RdmaRead, WcOpcode::RdmaRead),
     };
     let (mut posted, mut done) = (0u64, 0u64);
     while done < ITERS {
