@@ -8,6 +8,7 @@ mod decode;
 mod demo;
 mod ibv_oob;
 mod ibv_pingpong;
+mod perftest_oob;
 mod pingpong;
 mod rc_pair;
 mod rxe_lab;

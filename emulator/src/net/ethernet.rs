@@ -144,6 +144,9 @@ impl EthernetStation {
         if !due {
             return Ok(Vec::new());
         }
+        if self.asked.len() >= ARP_CACHE_MAX && !self.asked.contains_key(&dst) {
+            self.asked.clear(); // bounded like the cache; a forgotten entry only asks again
+        }
         self.asked.insert(dst, now);
         Ok(vec![self.arp_frame(
             ArpOp::Request,

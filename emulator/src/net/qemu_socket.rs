@@ -22,6 +22,8 @@ pub struct QemuSocketLink {
     socket: UdpSocket,
     station: Mutex<EthernetStation>,
     local: SocketAddr,
+    /// Receive buffer, reused: only the device's engine thread receives.
+    recv_buf: Mutex<Vec<u8>>,
 }
 
 impl QemuSocketLink {
@@ -49,6 +51,7 @@ impl QemuSocketLink {
             socket,
             local: station.local_addr(),
             station: Mutex::new(station),
+            recv_buf: Mutex::new(vec![0u8; MAX_FRAME_BYTES]),
         })
     }
 
@@ -85,7 +88,7 @@ impl Link for QemuSocketLink {
 
     fn recv(&self, timeout: Duration) -> io::Result<Option<InDatagram>> {
         let deadline = Instant::now() + timeout;
-        let mut buf = vec![0u8; MAX_FRAME_BYTES];
+        let mut buf = self.recv_buf.lock();
         // Frames that are not RoCE for us (ARP, IPv6 neighbour discovery ...) are handled or
         // dropped here, and the wait goes on until the deadline.
         loop {

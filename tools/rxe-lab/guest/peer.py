@@ -147,6 +147,16 @@ class Peer:
         first = next(i for i in range(length) if got[i] != want[i])
         return dict(match=0, first_diff=first)
 
+    def counter(self, name):
+        """One of rxe0's port hw_counters (e.g. rcvd_rnr_err, send_rnr_err)."""
+        path = f"/sys/class/infiniband/{self.ctx.name}/ports/1/hw_counters/{name}"
+        with open(path) as f:
+            return dict(value=int(f.read().strip()))
+
+    def check_zero(self, offset, length):
+        got = self.mr.read(length, offset) if length else b""
+        return dict(zero=int(not any(got)))
+
     def read_u64(self, offset):
         return dict(value=int.from_bytes(self.mr.read(8, offset), "little"))
 
@@ -160,7 +170,7 @@ def parse(line):
     args = {}
     for w in words[1:]:
         k, _, v = w.partition("=")
-        args[k] = v if k in ("op", "gid") else int(v)
+        args[k] = v if k in ("op", "gid", "name") else int(v)
     return words[0], args
 
 

@@ -3,9 +3,11 @@
 //! shell script tools/rxe-lab/lab.sh; `run` drives the scenarios from here, with softverbs on
 //! the lab link in this process.
 
+mod error_cases;
 mod guest_peer;
 mod lab_env;
 mod pattern;
+mod perftest_cases;
 mod pingpong_cases;
 mod qmp;
 mod results;
@@ -17,7 +19,9 @@ use std::time::Instant;
 
 use softverbs::{register_device, DeviceConfig, LinkConfig};
 
+use error_cases::ErrorCase;
 use lab_env::LabEnv;
+use perftest_cases::PerftestBw;
 use results::{Row, Verdict};
 use verb_cases::{Direction, Verb};
 
@@ -105,7 +109,9 @@ struct Case {
 
 enum CaseKind {
     Verb(Verb),
+    Error(ErrorCase),
     Pingpong(usize),
+    Perftest(PerftestBw),
 }
 
 fn plan(args: &RunArgs) -> Vec<Case> {
@@ -126,6 +132,22 @@ fn plan(args: &RunArgs) -> Vec<Case> {
                     direction,
                     mtu,
                     kind: CaseKind::Verb(verb),
+                });
+            }
+            for kind in PerftestBw::ALL {
+                cases.push(Case {
+                    scenario: kind.program().to_string(),
+                    direction,
+                    mtu,
+                    kind: CaseKind::Perftest(kind),
+                });
+            }
+            for error in ErrorCase::ALL {
+                cases.push(Case {
+                    scenario: error.name().to_string(),
+                    direction,
+                    mtu,
+                    kind: CaseKind::Error(error),
                 });
             }
         }
@@ -262,6 +284,12 @@ fn run_case(
         _ => match case.kind {
             CaseKind::Verb(verb) => {
                 verb_cases::run(env, LAB_DEVICE, verb, case.direction, case.mtu)
+            }
+            CaseKind::Error(error) => {
+                error_cases::run(env, LAB_DEVICE, error, case.direction, case.mtu)
+            }
+            CaseKind::Perftest(kind) => {
+                perftest_cases::run(env, LAB_DEVICE, kind, case.direction, case.mtu)
             }
             CaseKind::Pingpong(size) => {
                 pingpong_cases::run(env, LAB_DEVICE, case.direction, case.mtu, size)

@@ -21,14 +21,14 @@ use super::pattern::lab_pattern;
 /// Bytes of each side's buffer: the largest message plus room behind it.
 pub const BUF_BYTES: usize = (1 << 20) + 4096;
 /// Bytes past a received message that must stay untouched.
-const GUARD_BYTES: usize = 64;
+pub(super) const GUARD_BYTES: usize = 64;
 /// Offset of an atomic's target word and of its local result.
 const ATOMIC_TARGET: usize = 0;
 const ATOMIC_RESULT: usize = 64;
 /// Local ACK timeout exponent of both QPs: about 1 s, generous for rxe under TCG.
 pub const LAB_QP_TIMEOUT: u8 = 18;
 /// Longest wait for any one completion or guest reply.
-const WAIT: Duration = Duration::from_secs(60);
+pub(super) const WAIT: Duration = Duration::from_secs(60);
 
 /// ibv_wc_opcode values as pyverbs reports them.
 const IBV_WC_SEND: u64 = 0;
@@ -116,15 +116,15 @@ pub fn sizes(mtu: usize) -> Vec<usize> {
 }
 
 /// Our side of the connection.
-struct Host {
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
+pub(super) struct Host {
+    pub(super) cq: Cq,
+    pub(super) qp: Qp,
+    pub(super) mr: Mr,
     // Keeps the device open for the QP's lifetime.
     _ctx: Context,
 }
 
-fn fail<T>(msg: impl Into<String>) -> Result<T, String> {
+pub(super) fn fail<T>(msg: impl Into<String>) -> Result<T, String> {
     Err(msg.into())
 }
 
@@ -138,7 +138,7 @@ fn mtu_of(bytes: u32) -> Result<Mtu, String> {
 }
 
 /// Connects a fresh softverbs QP on `device` with a fresh peer.py QP at path MTU `mtu`.
-fn connect(env: &LabEnv, device: &str, mtu: u32) -> Result<(Host, GuestPeer), String> {
+pub(super) fn connect(env: &LabEnv, device: &str, mtu: u32) -> Result<(Host, GuestPeer), String> {
     let e = |x: softverbs::VerbsError| x.to_string();
     let ctx = Context::open(device).map_err(e)?;
     let pd = ctx.alloc_pd().map_err(e)?;
@@ -204,7 +204,7 @@ fn connect(env: &LabEnv, device: &str, mtu: u32) -> Result<(Host, GuestPeer), St
 }
 
 impl Host {
-    fn sges(&self, offset: usize, len: usize) -> Result<Vec<Sge>, String> {
+    pub(super) fn sges(&self, offset: usize, len: usize) -> Result<Vec<Sge>, String> {
         if len == 0 {
             return Ok(Vec::new());
         }
@@ -214,11 +214,11 @@ impl Host {
             .map_err(|e| e.to_string())?])
     }
 
-    fn post_send(&self, wr: SendWr) -> Result<(), String> {
+    pub(super) fn post_send(&self, wr: SendWr) -> Result<(), String> {
         self.qp.post_send(&[wr]).map_err(|e| e.error.to_string())
     }
 
-    fn post_recv(&self, wr_id: u64, offset: usize, len: usize) -> Result<(), String> {
+    pub(super) fn post_recv(&self, wr_id: u64, offset: usize, len: usize) -> Result<(), String> {
         let wr = RecvWr {
             wr_id,
             sg_list: self.sges(offset, len)?,
@@ -226,15 +226,15 @@ impl Host {
         self.qp.post_recv(&[wr]).map_err(|e| e.error.to_string())
     }
 
-    fn poll(&self) -> Result<WorkCompletion, String> {
+    pub(super) fn poll(&self) -> Result<WorkCompletion, String> {
         self.cq.poll_one(WAIT).map_err(|e| e.to_string())
     }
 
-    fn write(&self, offset: usize, data: &[u8]) -> Result<(), String> {
+    pub(super) fn write(&self, offset: usize, data: &[u8]) -> Result<(), String> {
         self.mr.write(offset, data).map_err(|e| e.to_string())
     }
 
-    fn read(&self, offset: usize, len: usize) -> Result<Vec<u8>, String> {
+    pub(super) fn read(&self, offset: usize, len: usize) -> Result<Vec<u8>, String> {
         let mut out = vec![0u8; len];
         self.mr.read(offset, &mut out).map_err(|e| e.to_string())?;
         Ok(out)
@@ -245,7 +245,7 @@ impl Host {
         Ok(u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
     }
 
-    fn remote_of(peer: &GuestPeer) -> Result<RemoteAddr, String> {
+    pub(super) fn remote_of(peer: &GuestPeer) -> Result<RemoteAddr, String> {
         Ok(RemoteAddr {
             remote_addr: GuestPeer::num(&peer.info, "addr")?,
             rkey: GuestPeer::num(&peer.info, "rkey")? as u32,
@@ -254,7 +254,7 @@ impl Host {
 }
 
 /// Checks one of our completions.
-fn expect_host_wc(
+pub(super) fn expect_host_wc(
     wc: &WorkCompletion,
     wr_id: u64,
     opcode: WcOpcode,
@@ -275,7 +275,7 @@ fn expect_host_wc(
 }
 
 /// Checks one of the guest's completions.
-fn expect_guest_wc(
+pub(super) fn expect_guest_wc(
     wc: &Reply,
     wr_id: u64,
     opcode: u64,
@@ -294,7 +294,12 @@ fn expect_guest_wc(
     Ok(())
 }
 
-fn guest_check(peer: &mut GuestPeer, offset: usize, len: usize, seed: u64) -> Result<(), String> {
+pub(super) fn guest_check(
+    peer: &mut GuestPeer,
+    offset: usize,
+    len: usize,
+    seed: u64,
+) -> Result<(), String> {
     let r = peer.call(&format!("check offset={offset} length={len} seed={seed}"))?;
     if GuestPeer::num(&r, "match")? != 1 {
         return fail(format!(
@@ -305,7 +310,7 @@ fn guest_check(peer: &mut GuestPeer, offset: usize, len: usize, seed: u64) -> Re
     Ok(())
 }
 
-fn host_check(host: &Host, offset: usize, len: usize, seed: u64) -> Result<(), String> {
+pub(super) fn host_check(host: &Host, offset: usize, len: usize, seed: u64) -> Result<(), String> {
     let got = host.read(offset, len + GUARD_BYTES)?;
     let want = lab_pattern(seed, len);
     if got[..len] != want[..] {

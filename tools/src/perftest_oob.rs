@@ -1,0 +1,233 @@
+//! The TCP side channel of perftest (ib_write_bw, ib_read_bw, ... of perftest 4.5, protocol
+//! version 6.06) without RDMA CM, for one RC QP: what softverbs says so that an unmodified
+//! perftest on the other end runs its test against it.
+//!
+//! Every exchange is symmetric: the client (the side given a server name) writes then reads,
+//! the server reads then writes, each message read with one `read` of its exact size. In
+//! order: the version string (16 bytes, NUL padded); cycle buffer and cache line size (4
+//! bytes each, big-endian); the MTU enum as text (2 bytes: "3\0" for 1024); the QP "keys"
+//! (108 bytes: `LLLL:OOOO:QQQQQQ:PPPPPP:RRRRRRRR:VVVVVVVVVVVVVVVV:` then the 16 GID bytes as
+//! `xx:` each and `SSSSSSSS:` with a NUL — LID, outstanding reads, QPN, PSN, rkey, address,
+//! GID, SRQ number); the keys again twice (barriers around connecting the QP). After the test
+//! the keys once more, the bandwidth report (five 8-byte big-endian numbers: size, iterations,
+//! peak, average, message rate), and a last keys exchange followed by `"done\0"` from both.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+use softverbs::{Gid, VerbsError, VerbsResult};
+
+/// perftest's protocol version this side claims (perftest 4.5-0.17 is 6.06).
+pub const PERFTEST_VERSION: &str = "6.06";
+/// Size of the version message.
+const VERSION_LEN: usize = 16;
+/// Size of the keys message with a GID, NUL included.
+pub const KEYS_LEN: usize = 108;
+/// The closing word each side writes.
+const DONE: &[u8; 5] = b"done\0";
+
+/// One side's QP description.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PerftestKeys {
+    /// Outstanding RDMA READs / atomics this side accepts (the peer's max_rd_atomic).
+    pub out_reads: u32,
+    /// QP number.
+    pub qpn: u32,
+    /// First PSN.
+    pub psn: u32,
+    /// rkey of the test buffer.
+    pub rkey: u32,
+    /// Address of the test buffer.
+    pub vaddr: u64,
+    /// GID.
+    pub gid: Gid,
+}
+
+impl PerftestKeys {
+    /// The 108-byte keys message (LID 0, SRQ number 0).
+    pub fn encode(&self) -> [u8; KEYS_LEN] {
+        let mut text = format!(
+            "{:04x}:{:04x}:{:06x}:{:06x}:{:08x}:{:016x}:",
+            0,
+            self.out_reads & 0xffff,
+            self.qpn & 0xff_ffff,
+            self.psn & 0xff_ffff,
+            self.rkey,
+            self.vaddr
+        );
+        for b in self.gid.0 {
+            text.push_str(&format!("{b:02x}:"));
+        }
+        text.push_str(&format!("{:08x}:", 0));
+        let mut msg = [0u8; KEYS_LEN];
+        msg[..text.len()].copy_from_slice(text.as_bytes());
+        msg
+    }
+
+    /// Parses a keys message; EINVAL naming it if it is not one.
+    pub fn decode(msg: &[u8]) -> VerbsResult<PerftestKeys> {
+        let shown = String::from_utf8_lossy(msg)
+            .trim_end_matches('\0')
+            .to_string();
+        let bad = || VerbsError::inval(format!("bad perftest keys message {shown:?}"));
+        let text = std::str::from_utf8(msg).map_err(|_| bad())?;
+        let fields: Vec<&str> = text.trim_end_matches('\0').split(':').collect();
+        // lid, out_reads, qpn, psn, rkey, vaddr, 16 GID bytes, srqn, "" after the last ':'.
+        if fields.len() != 24 || !fields[23].is_empty() {
+            return Err(bad());
+        }
+        let hex = |s: &str| u64::from_str_radix(s, 16).map_err(|_| bad());
+        let mut gid = [0u8; 16];
+        for (i, byte) in gid.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(fields[6 + i], 16).map_err(|_| bad())?;
+        }
+        Ok(PerftestKeys {
+            out_reads: hex(fields[1])? as u32,
+            qpn: hex(fields[2])? as u32,
+            psn: hex(fields[3])? as u32,
+            rkey: hex(fields[4])? as u32,
+            vaddr: hex(fields[5])?,
+            gid: Gid(gid),
+        })
+    }
+}
+
+/// What the peer said during setup.
+#[derive(Debug, Clone)]
+pub struct PerftestPeer {
+    /// Its version string.
+    pub version: String,
+    /// Its cycle buffer (the larger one is used by both).
+    pub cycle_buffer: u32,
+    /// Its MTU enum (1 = 256 .. 5 = 4096).
+    pub mtu_enum: u32,
+    /// Its QP.
+    pub keys: PerftestKeys,
+}
+
+/// A side-channel connection to a perftest peer.
+pub struct PerftestComm {
+    stream: TcpStream,
+    is_client: bool,
+}
+
+fn io_err(what: &str, e: std::io::Error) -> VerbsError {
+    VerbsError::Io {
+        errno: e.raw_os_error().unwrap_or(5),
+        message: format!("perftest side channel ({what}): {e}"),
+    }
+}
+
+impl PerftestComm {
+    /// Wraps a connected stream; `is_client` for the side that connected.
+    pub fn new(stream: TcpStream, is_client: bool) -> Self {
+        PerftestComm { stream, is_client }
+    }
+
+    /// One symmetric exchange of `mine` for `size` bytes of the peer's.
+    pub fn xchg(&mut self, mine: &[u8], size: usize, what: &str) -> VerbsResult<Vec<u8>> {
+        let mut theirs = vec![0u8; size];
+        if self.is_client {
+            self.stream.write_all(mine).map_err(|e| io_err(what, e))?;
+            self.stream
+                .read_exact(&mut theirs)
+                .map_err(|e| io_err(what, e))?;
+        } else {
+            self.stream
+                .read_exact(&mut theirs)
+                .map_err(|e| io_err(what, e))?;
+            self.stream.write_all(mine).map_err(|e| io_err(what, e))?;
+        }
+        Ok(theirs)
+    }
+
+    /// The exchanges before the QP is connected: version, system data, MTU, keys. `mtu_enum`
+    /// is ours (3 for 1024).
+    pub fn setup(&mut self, mtu_enum: u32, keys: &PerftestKeys) -> VerbsResult<PerftestPeer> {
+        let mut version = [0u8; VERSION_LEN];
+        version[..PERFTEST_VERSION.len()].copy_from_slice(PERFTEST_VERSION.as_bytes());
+        let theirs = self.xchg(&version, VERSION_LEN, "version")?;
+        let peer_version = String::from_utf8_lossy(&theirs)
+            .trim_end_matches('\0')
+            .to_string();
+        let cycle = self.xchg(&4096u32.to_be_bytes(), 4, "cycle buffer")?;
+        self.xchg(&64u32.to_be_bytes(), 4, "cache line size")?;
+        let mtu_text = [b'0' + mtu_enum as u8, 0];
+        let peer_mtu = self.xchg(&mtu_text, 2, "MTU")?;
+        let peer_keys = PerftestKeys::decode(&self.xchg(&keys.encode(), KEYS_LEN, "keys")?)?;
+        Ok(PerftestPeer {
+            version: peer_version,
+            cycle_buffer: u32::from_be_bytes([cycle[0], cycle[1], cycle[2], cycle[3]]),
+            mtu_enum: u32::from(peer_mtu[0].wrapping_sub(b'0')),
+            keys: peer_keys,
+        })
+    }
+
+    /// A keys exchange used as a barrier.
+    pub fn barrier(&mut self, keys: &PerftestKeys, what: &str) -> VerbsResult<()> {
+        PerftestKeys::decode(&self.xchg(&keys.encode(), KEYS_LEN, what)?).map(|_| ())
+    }
+
+    /// The bandwidth report exchange: (size, iterations, peak, average, message rate), each
+    /// sent as 8 big-endian bytes (the doubles' bit patterns). Returns the peer's.
+    pub fn xchg_report(
+        &mut self,
+        size: u64,
+        iters: u64,
+        bw_peak: f64,
+        bw_avg: f64,
+        msg_rate: f64,
+    ) -> VerbsResult<(u64, u64, f64, f64, f64)> {
+        let s = self.xchg(&size.to_be_bytes(), 8, "report size")?;
+        let i = self.xchg(&iters.to_be_bytes(), 8, "report iterations")?;
+        let p = self.xchg(&bw_peak.to_bits().to_be_bytes(), 8, "report peak")?;
+        let a = self.xchg(&bw_avg.to_bits().to_be_bytes(), 8, "report average")?;
+        let m = self.xchg(&msg_rate.to_bits().to_be_bytes(), 8, "report rate")?;
+        let u = |b: &[u8]| u64::from_be_bytes(b.try_into().unwrap_or([0; 8]));
+        Ok((
+            u(&s),
+            u(&i),
+            f64::from_bits(u(&p)),
+            f64::from_bits(u(&a)),
+            f64::from_bits(u(&m)),
+        ))
+    }
+
+    /// The closing barrier and `"done"`.
+    pub fn close(mut self, keys: &PerftestKeys) -> VerbsResult<()> {
+        self.barrier(keys, "closing")?;
+        self.stream.write_all(DONE).map_err(|e| io_err("done", e))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_in_perftest_layout() {
+        let mut gid = [0u8; 16];
+        gid[10] = 0xff;
+        gid[11] = 0xff;
+        gid[12..].copy_from_slice(&[10, 77, 0, 1]);
+        let k = PerftestKeys {
+            out_reads: 16,
+            qpn: 0x11,
+            psn: 0xabcdef,
+            rkey: 0x1234_5678,
+            vaddr: 0x7f00_dead_beef,
+            gid: Gid(gid),
+        };
+        let m = k.encode();
+        let text = String::from_utf8_lossy(&m);
+        assert_eq!(
+            text.trim_end_matches('\0'),
+            "0000:0010:000011:abcdef:12345678:00007f00deadbeef:\
+             00:00:00:00:00:00:00:00:00:00:ff:ff:0a:4d:00:01:00000000:"
+        );
+        assert_eq!(m[KEYS_LEN - 1], 0, "107 characters and a NUL");
+        assert_eq!(PerftestKeys::decode(&m).unwrap(), k);
+        assert_eq!(PerftestKeys::decode(&m[..50]).unwrap_err().errno(), 22);
+    }
+}
