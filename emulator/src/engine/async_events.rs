@@ -5,12 +5,13 @@
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 use softverbs_api::{AsyncElement, AsyncEvent, VerbsError, VerbsResult};
 
 use super::event_fd::EventFd;
+use super::wait::take_within;
 
 /// Most events waiting in one queue. An application that never reads its events must not
 /// make the engine grow without bound; past the limit, new events are counted in
@@ -68,25 +69,13 @@ impl AsyncEventQueue {
 
     /// The oldest event; waits up to `timeout` (`None`: without limit) for one.
     pub fn get(&self, timeout: Option<Duration>) -> Option<AsyncEvent> {
-        let deadline = timeout.map(|t| Instant::now().checked_add(t));
         let mut state = self.state.lock();
-        loop {
-            if let Some(event) = state.pending.pop_front() {
-                self.fd.take(1);
-                *state.unacked.entry(event).or_insert(0) += 1;
-                return Some(event);
-            }
-            match deadline {
-                None | Some(None) => self.arrived.wait(&mut state),
-                Some(Some(deadline)) => {
-                    if self.arrived.wait_until(&mut state, deadline).timed_out()
-                        && state.pending.is_empty()
-                    {
-                        return None;
-                    }
-                }
-            }
-        }
+        take_within(&self.arrived, &mut state, timeout, |state| {
+            let event = state.pending.pop_front()?;
+            self.fd.take(1);
+            *state.unacked.entry(event).or_insert(0) += 1;
+            Some(event)
+        })
     }
 
     /// Acknowledges one event handed out by [`AsyncEventQueue::get`]; EINVAL for an event

@@ -4,12 +4,13 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, RawFd};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 use softverbs_api::{VerbsError, VerbsResult};
 
 use super::event_fd::EventFd;
+use super::wait::take_within;
 
 #[derive(Default)]
 struct State {
@@ -85,27 +86,15 @@ impl CompChannel {
     /// The CQ of the oldest event; waits up to `timeout` (`None`: without limit) for one.
     /// The event counts as handed out until acknowledged with [`CompChannel::ack`].
     pub fn get(&self, timeout: Option<Duration>) -> Option<u32> {
-        let deadline = timeout.map(|t| Instant::now().checked_add(t));
         let mut state = self.state.lock();
-        loop {
-            if let Some(cq) = state.pending.pop_front() {
-                self.fd.take(1);
-                if let Some(n) = state.unacked.get_mut(&cq) {
-                    *n += 1;
-                }
-                return Some(cq);
+        take_within(&self.arrived, &mut state, timeout, |state| {
+            let cq = state.pending.pop_front()?;
+            self.fd.take(1);
+            if let Some(n) = state.unacked.get_mut(&cq) {
+                *n += 1;
             }
-            match deadline {
-                None | Some(None) => self.arrived.wait(&mut state),
-                Some(Some(deadline)) => {
-                    if self.arrived.wait_until(&mut state, deadline).timed_out()
-                        && state.pending.is_empty()
-                    {
-                        return None;
-                    }
-                }
-            }
-        }
+            Some(cq)
+        })
     }
 
     /// Acknowledges `count` events of CQ `cq`: EINVAL if fewer are outstanding.

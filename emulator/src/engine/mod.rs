@@ -10,6 +10,7 @@ pub mod context;
 pub mod cq;
 pub mod event_fd;
 pub mod registry;
+mod wait;
 pub mod worker;
 
 pub use config::{DeviceConfig, LinkConfig};

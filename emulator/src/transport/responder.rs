@@ -174,8 +174,7 @@ fn uc_in_sequence(
     if qp.resp.drop_msg || pkt.bth.psn != qp.resp.epsn {
         abandon_message(qp, env);
         if !starts {
-            qp.resp.drop_msg = true;
-            qp.counters.dropped_packets += 1;
+            drop_rest_of_message(qp);
             return false;
         }
         qp.resp.drop_msg = false;
@@ -186,8 +185,7 @@ fn uc_in_sequence(
     }
     if !starts && !qp.resp.in_message() {
         // The FIRST of this message was dropped (no receive WQE, say): so is the rest.
-        qp.resp.drop_msg = true;
-        qp.counters.dropped_packets += 1;
+        drop_rest_of_message(qp);
         return false;
     }
     true
@@ -205,6 +203,14 @@ fn starts_message(info: &OpcodeInfo) -> bool {
                 | OpKind::AtomicWrite
                 | OpKind::Flush
         )
+}
+
+/// UC: this packet is dropped and so is the rest of its message, up to the next FIRST or
+/// ONLY.
+fn drop_rest_of_message(qp: &mut TransportQp) {
+    qp.resp.drop_msg = true;
+    qp.resp.write = None;
+    qp.counters.dropped_packets += 1;
 }
 
 /// Forgets the message being received without completing it; its receive WQE goes back to
@@ -226,9 +232,7 @@ fn uc_drop(
     srq_status: WcStatus,
     out: &mut Outputs,
 ) {
-    qp.resp.drop_msg = true;
-    qp.resp.write = None;
-    qp.counters.dropped_packets += 1;
+    drop_rest_of_message(qp);
     let Some(wqe) = wqe else { return };
     if qp.srq.is_some() {
         out.completions.push(Completion {
@@ -672,9 +676,7 @@ fn count_message(qp: &mut TransportQp) {
 /// `min_rnr_timer` and send it again; on UC the message is dropped.
 fn no_recv_wqe(qp: &mut TransportQp, psn: Psn, out: &mut Outputs) {
     if qp.qp_type == QpType::Uc {
-        qp.resp.drop_msg = true;
-        qp.resp.write = None;
-        qp.counters.dropped_packets += 1;
+        drop_rest_of_message(qp);
         return;
     }
     send_rnr_nak(qp, psn, out);
