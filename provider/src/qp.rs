@@ -277,22 +277,43 @@ impl Qp {
         remote: &RcEndpoint,
         opts: &RcConnectOptions,
     ) -> VerbsResult<()> {
+        self.connect(
+            local_psn,
+            remote,
+            opts,
+            QpAttrMask::empty(),
+            QpAttrMask::empty(),
+        )
+    }
+
+    /// INIT → RTR → RTS with the path attributes both RC and UC need, plus `rtr_extra` and
+    /// `rts_extra` (the RC-only ones); the attribute values all come from `opts`.
+    fn connect(
+        &self,
+        local_psn: u32,
+        remote: &RcEndpoint,
+        opts: &RcConnectOptions,
+        rtr_extra: QpAttrMask,
+        rts_extra: QpAttrMask,
+    ) -> VerbsResult<()> {
         self.to_init(opts)?;
         let rtr = rtr_attr(remote, opts);
-        self.modify(
-            &rtr,
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN,
-        )?;
+        let rtr_mask = QpAttrMask::STATE
+            | QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN;
+        self.modify(&rtr, rtr_mask | rtr_extra)?;
         let rts = QpAttr {
             qp_state: QpState::Rts,
             sq_psn: local_psn,
+            timeout: opts.timeout,
+            retry_cnt: opts.retry_cnt,
+            rnr_retry: opts.rnr_retry,
+            max_rd_atomic: opts.max_rd_atomic,
             ..QpAttr::default()
         };
-        self.modify(&rts, QpAttrMask::STATE | QpAttrMask::SQ_PSN)
+        self.modify(&rts, QpAttrMask::STATE | QpAttrMask::SQ_PSN | rts_extra)
     }
 
     fn to_init(&self, opts: &RcConnectOptions) -> VerbsResult<()> {
@@ -320,32 +341,12 @@ impl Qp {
         remote: &RcEndpoint,
         opts: &RcConnectOptions,
     ) -> VerbsResult<()> {
-        self.to_init(opts)?;
-        let rtr = rtr_attr(remote, opts);
-        self.modify(
-            &rtr,
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-                | QpAttrMask::MAX_DEST_RD_ATOMIC
-                | QpAttrMask::MIN_RNR_TIMER,
-        )?;
-        let rts = QpAttr {
-            qp_state: QpState::Rts,
-            sq_psn: local_psn,
-            timeout: opts.timeout,
-            retry_cnt: opts.retry_cnt,
-            rnr_retry: opts.rnr_retry,
-            max_rd_atomic: opts.max_rd_atomic,
-            ..QpAttr::default()
-        };
-        self.modify(
-            &rts,
-            QpAttrMask::STATE
-                | QpAttrMask::SQ_PSN
-                | QpAttrMask::TIMEOUT
+        self.connect(
+            local_psn,
+            remote,
+            opts,
+            QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER,
+            QpAttrMask::TIMEOUT
                 | QpAttrMask::RETRY_CNT
                 | QpAttrMask::RNR_RETRY
                 | QpAttrMask::MAX_QP_RD_ATOMIC,
