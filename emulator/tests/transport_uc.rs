@@ -31,7 +31,7 @@ fn node(qpn: u32, peer_qpn: u32, peer_ip: [u8; 4]) -> Node {
         max_inline_data: 0,
     };
     let mem = MrTable::new(8);
-    let buf = RdmaBuffer::new(16 * 1024).unwrap();
+    let buf = RdmaBuffer::new(64 * 1024).unwrap();
     let keys = mem
         .register(
             PD,
@@ -200,6 +200,23 @@ fn a_lost_first_or_last_packet_drops_the_message_and_the_next_one_lands() {
         assert_eq!(got, vec![(80, 2)], "lost packet {lost}");
         assert_eq!(slot(&b, 0, second.len()), second, "lost packet {lost}");
     }
+}
+
+#[test]
+fn a_message_longer_than_the_rc_ack_window_is_sent_whole() {
+    // UC has no ACKs, so the RC window of unacknowledged PSNs must not hold it back: a
+    // 200-packet message goes out in one post and lands whole.
+    let (mut a, mut b) = pair();
+    post_recv(&mut b, 80, 0, 64 * 1024);
+    let long = data(3, 200 * MTU);
+    let packets = send(&mut a, 1, &long, 0x3333);
+    assert_eq!(packets.len(), 200);
+    let out = deliver(&mut b, &packets.iter().collect::<Vec<_>>());
+    assert_eq!(out.completions.len(), 1, "{:?}", out.completions);
+    let wc = out.completions[0].wc;
+    assert_eq!((wc.wr_id, wc.status), (80, WcStatus::Success));
+    assert_eq!(wc.byte_len as usize, long.len());
+    assert_eq!(slot(&b, 0, long.len()), long);
 }
 
 #[test]

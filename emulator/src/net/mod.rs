@@ -10,6 +10,7 @@ pub mod channel;
 pub mod ethernet;
 pub mod fault;
 pub mod icrc_check;
+pub mod pacer;
 pub mod pcap;
 pub mod qemu_socket;
 mod sys;

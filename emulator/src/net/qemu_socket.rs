@@ -11,11 +11,21 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::ethernet::EthernetStation;
+use super::pacer::Pacer;
 use super::{InDatagram, Link};
 use crate::transport::OutPacket;
 
 /// Largest frame read: qemu's socket netdev carries frames up to 64 KiB.
 const MAX_FRAME_BYTES: usize = 65536;
+/// Rate at which frames are sent to qemu, unless `SOFTVERBS_QEMU_PACE_KBPS` (kilobytes per
+/// second, 0 for unpaced) says otherwise. A TCG guest drains its NIC at tens of MB/s at best;
+/// faster bursts overflow qemu's socket buffer and are lost (see `net::pacer`).
+const PACE_BYTES_PER_S: u64 = 8_000_000;
+/// Bytes sent back to back before pacing starts: well under qemu's default 208 KiB socket
+/// receive buffer, whose accounting charges each datagram more than its length.
+const PACE_BURST_BYTES: u64 = 32 * 1024;
+/// Our receive buffer: rxe's bursts arrive faster than a busy engine thread reads.
+const RECV_BUFFER_BYTES: usize = 4 << 20;
 
 /// The host side of a qemu socket netdev.
 pub struct QemuSocketLink {
@@ -24,6 +34,7 @@ pub struct QemuSocketLink {
     local: SocketAddr,
     /// Receive buffer, reused: only the device's engine thread receives.
     recv_buf: Mutex<Vec<u8>>,
+    pacer: Mutex<Pacer>,
 }
 
 impl QemuSocketLink {
@@ -44,6 +55,12 @@ impl QemuSocketLink {
             ));
         };
         let socket = UdpSocket::bind(frames_local)?;
+        // Best effort: without privilege the kernel caps it at net.core.rmem_max.
+        let _ = super::sys::set_recv_buffer_force(&socket, RECV_BUFFER_BYTES);
+        let rate = std::env::var("SOFTVERBS_QEMU_PACE_KBPS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(PACE_BYTES_PER_S, |kbps| kbps * 1000);
         // Connected: only qemu's datagrams are read, and the kernel filters the rest.
         socket.connect(frames_peer)?;
         let station = EthernetStation::new(mac, ip, udp_port);
@@ -52,11 +69,16 @@ impl QemuSocketLink {
             local: station.local_addr(),
             station: Mutex::new(station),
             recv_buf: Mutex::new(vec![0u8; MAX_FRAME_BYTES]),
+            pacer: Mutex::new(Pacer::new(rate, PACE_BURST_BYTES)),
         })
     }
 
     fn send_frames(&self, frames: &[Vec<u8>]) -> io::Result<()> {
         for frame in frames {
+            let wait = self.pacer.lock().delay(Instant::now(), frame.len());
+            if !wait.is_zero() {
+                std::thread::sleep(wait);
+            }
             match self.socket.send(frame) {
                 Ok(_) => {}
                 // No qemu listening (yet), or a full buffer: the frame is lost, as on a wire.

@@ -53,7 +53,9 @@ impl RequesterState {
 
 /// What stops the requester before the next packet.
 fn blocked(qp: &TransportQp, index: usize, wqe: &SendWqe) -> bool {
-    if qp.req.next_psn.diff(qp.comp.una) >= MAX_UNACKED_PSNS {
+    // The window waits for ACKs, which only RC gets: UC and UD would stall for ever on a
+    // message longer than it.
+    if !qp.is_unreliable() && qp.req.next_psn.diff(qp.comp.una) >= MAX_UNACKED_PSNS {
         return true;
     }
     if qp.req.packet_index > 0 {

@@ -48,11 +48,17 @@ pub struct GuestPeer {
 }
 
 impl GuestPeer {
-    /// Starts peer.py with a buffer of `buf_len` bytes; waits up to `timeout` per reply.
-    pub fn start(env: &LabEnv, buf_len: usize, timeout: Duration) -> Result<GuestPeer, String> {
+    /// Starts peer.py with a buffer of `buf_len` bytes and a QP of type `qp_type` (`rc`,
+    /// `uc` or `ud`); waits up to `timeout` per reply.
+    pub fn start(
+        env: &LabEnv,
+        buf_len: usize,
+        qp_type: &str,
+        timeout: Duration,
+    ) -> Result<GuestPeer, String> {
         let mut child = env
             .ssh(&[])
-            .arg(format!("exec python3 {PEER_PATH} {buf_len}"))
+            .arg(format!("exec python3 {PEER_PATH} {buf_len} {qp_type}"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -5,12 +5,15 @@
 
 mod error_cases;
 mod guest_peer;
+mod inv_cases;
 mod lab_env;
 mod pattern;
 mod perftest_cases;
 mod pingpong_cases;
 mod qmp;
 mod results;
+mod srq_cases;
+mod ud_cases;
 mod verb_cases;
 
 use std::path::PathBuf;
@@ -23,7 +26,7 @@ use error_cases::ErrorCase;
 use lab_env::LabEnv;
 use perftest_cases::PerftestBw;
 use results::{Row, Verdict};
-use verb_cases::{Direction, Verb};
+use verb_cases::{Direction, Transport, Verb};
 
 /// Exit code of `run` when no lab is usable (the scenarios were skipped, not passed).
 pub const EXIT_SKIPPED: u8 = 77;
@@ -108,7 +111,10 @@ struct Case {
 }
 
 enum CaseKind {
-    Verb(Verb),
+    Verb(Transport, Verb),
+    Ud(Verb),
+    SendInv,
+    Srq,
     Error(ErrorCase),
     Pingpong(usize),
     Perftest(PerftestBw),
@@ -126,12 +132,36 @@ fn plan(args: &RunArgs) -> Vec<Case> {
                     kind: CaseKind::Pingpong(size),
                 });
             }
-            for verb in Verb::ALL {
+            for transport in [Transport::Rc, Transport::Uc] {
+                for &verb in transport.verbs() {
+                    cases.push(Case {
+                        scenario: format!("{} {}", transport.name(), verb.name()),
+                        direction,
+                        mtu,
+                        kind: CaseKind::Verb(transport, verb),
+                    });
+                }
+            }
+            cases.push(Case {
+                scenario: "RC SEND_INV".into(),
+                direction,
+                mtu,
+                kind: CaseKind::SendInv,
+            });
+            for &verb in Transport::Ud.verbs() {
                 cases.push(Case {
-                    scenario: format!("RC {}", verb.name()),
+                    scenario: format!("UD {}", verb.name()),
                     direction,
                     mtu,
-                    kind: CaseKind::Verb(verb),
+                    kind: CaseKind::Ud(verb),
+                });
+            }
+            if direction == Direction::RxeToSoftverbs {
+                cases.push(Case {
+                    scenario: "RC SEND into SRQ".into(),
+                    direction,
+                    mtu,
+                    kind: CaseKind::Srq,
                 });
             }
             for kind in PerftestBw::ALL {
@@ -282,9 +312,12 @@ fn run_case(
     let outcome = match &cap {
         Some(Err(e)) => Err(format!("capture: {e}")),
         _ => match case.kind {
-            CaseKind::Verb(verb) => {
-                verb_cases::run(env, LAB_DEVICE, verb, case.direction, case.mtu)
+            CaseKind::Verb(transport, verb) => {
+                verb_cases::run(env, LAB_DEVICE, transport, verb, case.direction, case.mtu)
             }
+            CaseKind::Ud(verb) => ud_cases::run(env, LAB_DEVICE, verb, case.direction, case.mtu),
+            CaseKind::SendInv => inv_cases::run(env, LAB_DEVICE, case.direction, case.mtu),
+            CaseKind::Srq => srq_cases::run(env, LAB_DEVICE, case.mtu),
             CaseKind::Error(error) => {
                 error_cases::run(env, LAB_DEVICE, error, case.direction, case.mtu)
             }

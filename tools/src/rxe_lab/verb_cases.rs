@@ -1,6 +1,6 @@
-//! RC verb scenarios against kernel rxe: one RC QP pair (softverbs on the lab link, pyverbs on
-//! rxe0 in the guest), one opcode per scenario, every message size of the issue, in either
-//! direction. Each step checks both completions (status, opcode, wr_id, byte_len, immediate
+//! RC and UC verb scenarios against kernel rxe: one QP pair (softverbs on the lab link,
+//! pyverbs on rxe0 in the guest), one opcode per scenario, every message size of the issue, in
+//! either direction. Each step checks both completions (status, opcode, wr_id, byte_len, immediate
 //! and its flag, QP numbers) and the bytes that landed.
 //!
 //! Immediate data: softverbs' `imm_data` is in host order, pyverbs' is the raw big-endian
@@ -10,8 +10,9 @@ use std::net::Ipv6Addr;
 use std::time::Duration;
 
 use softverbs::{
-    AccessFlags, Context, Cq, Gid, Mr, Mtu, Qp, QpCap, RcConnectOptions, RcEndpoint, RdmaBuffer,
-    RecvWr, RemoteAddr, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, Context, Cq, Gid, Mr, Mtu, Pd, Qp, QpCap, QpType, RcConnectOptions, RcEndpoint,
+    RdmaBuffer, RecvWr, RemoteAddr, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    WrOpcode,
 };
 
 use super::guest_peer::{GuestPeer, Reply};
@@ -25,6 +26,8 @@ pub(super) const GUARD_BYTES: usize = 64;
 /// Offset of an atomic's target word and of its local result.
 const ATOMIC_TARGET: usize = 0;
 const ATOMIC_RESULT: usize = 64;
+/// The Q_Key of lab UD QPs (ibv_ud_pingpong's, also peer.py's).
+pub const UD_QKEY: u32 = 0x1111_1111;
 /// Local ACK timeout exponent of both QPs: about 1 s, generous for rxe under TCG.
 pub const LAB_QP_TIMEOUT: u8 = 18;
 /// Longest wait for any one completion or guest reply.
@@ -88,6 +91,59 @@ impl Verb {
     }
 }
 
+/// The transport of a scenario's QPs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Reliable connected.
+    Rc,
+    /// Unreliable connected.
+    Uc,
+    /// Unreliable datagram.
+    Ud,
+}
+
+impl Transport {
+    /// Scenario name prefix; peer.py's QP type is its lower case.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Rc => "RC",
+            Transport::Uc => "UC",
+            Transport::Ud => "UD",
+        }
+    }
+
+    fn qp_type(self) -> QpType {
+        match self {
+            Transport::Rc => QpType::Rc,
+            Transport::Uc => QpType::Uc,
+            Transport::Ud => QpType::Ud,
+        }
+    }
+
+    /// The verbs of the scenario table: UC has no READ and no atomics; UD sends only.
+    pub fn verbs(self) -> &'static [Verb] {
+        match self {
+            Transport::Rc => &Verb::ALL,
+            Transport::Uc => &Verb::ALL[..4],
+            Transport::Ud => &Verb::ALL[..2],
+        }
+    }
+
+    fn access(self) -> AccessFlags {
+        match self {
+            Transport::Rc => {
+                AccessFlags::LOCAL_WRITE
+                    | AccessFlags::REMOTE_WRITE
+                    | AccessFlags::REMOTE_READ
+                    | AccessFlags::REMOTE_ATOMIC
+                    | AccessFlags::MW_BIND
+            }
+            Transport::Uc => AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            Transport::Ud => AccessFlags::LOCAL_WRITE,
+        }
+    }
+}
+
 /// Who sends the requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
@@ -120,6 +176,7 @@ pub(super) struct Host {
     pub(super) cq: Cq,
     pub(super) qp: Qp,
     pub(super) mr: Mr,
+    pub(super) pd: Pd,
     // Keeps the device open for the QP's lifetime.
     _ctx: Context,
 }
@@ -137,30 +194,33 @@ fn mtu_of(bytes: u32) -> Result<Mtu, String> {
     Mtu::from_bytes(bytes).ok_or_else(|| format!("{bytes} is not an IB MTU"))
 }
 
-/// Connects a fresh softverbs QP on `device` with a fresh peer.py QP at path MTU `mtu`.
+/// The GID text pyverbs' GID() takes: eight groups of four hex digits.
+pub(super) fn pyverbs_gid(gid: &Gid) -> String {
+    gid.0
+        .chunks(2)
+        .map(|p| format!("{:02x}{:02x}", p[0], p[1]))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Connects a fresh softverbs RC QP on `device` with a fresh peer.py QP at path MTU `mtu`.
 pub(super) fn connect(env: &LabEnv, device: &str, mtu: u32) -> Result<(Host, GuestPeer), String> {
+    connect_transport(env, device, mtu, Transport::Rc)
+}
+
+/// Starts a peer.py QP of `transport` in the guest and connects it with our fresh QP `qp`
+/// (UD: activates both, each addressing the other), at path MTU `mtu`; `access` is what our
+/// QP grants its peer.
+pub(super) fn pair_with_guest(
+    env: &LabEnv,
+    qp: &Qp,
+    transport: Transport,
+    mtu: u32,
+    access: AccessFlags,
+) -> Result<GuestPeer, String> {
     let e = |x: softverbs::VerbsError| x.to_string();
-    let ctx = Context::open(device).map_err(e)?;
-    let pd = ctx.alloc_pd().map_err(e)?;
-    let cq = ctx.create_cq(256).map_err(e)?;
-    let buffer = RdmaBuffer::new(BUF_BYTES).ok_or("buffer allocation failed")?;
-    let access = AccessFlags::LOCAL_WRITE
-        | AccessFlags::REMOTE_WRITE
-        | AccessFlags::REMOTE_READ
-        | AccessFlags::REMOTE_ATOMIC;
-    let mr = pd.register(buffer, access).map_err(e)?;
-    let qp = pd
-        .qp_builder()
-        .cap(QpCap {
-            max_send_wr: 64,
-            max_recv_wr: 64,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        })
-        .build(&cq, &cq)
-        .map_err(e)?;
-    let mut peer = GuestPeer::start(env, BUF_BYTES, WAIT)?;
+    let qp_type_arg = transport.name().to_ascii_lowercase();
+    let mut peer = GuestPeer::start(env, BUF_BYTES, &qp_type_arg, WAIT)?;
     let remote = RcEndpoint {
         qpn: GuestPeer::num(&peer.info, "qpn")? as u32,
         psn: GuestPeer::num(&peer.info, "psn")? as u32,
@@ -179,24 +239,61 @@ pub(super) fn connect(env: &LabEnv, device: &str, mtu: u32) -> Result<(Host, Gue
         max_dest_rd_atomic: 4,
         ..RcConnectOptions::default()
     };
-    qp.connect_rc(our_psn, &remote, &opts).map_err(e)?;
-    // pyverbs' GID() takes only the full form: eight groups of four hex digits.
-    let our_gid = local
-        .gid
-        .0
-        .chunks(2)
-        .map(|p| format!("{:02x}{:02x}", p[0], p[1]))
-        .collect::<Vec<_>>()
-        .join(":");
+    match transport {
+        Transport::Rc => qp.connect_rc(our_psn, &remote, &opts),
+        Transport::Uc => qp.connect_uc(our_psn, &remote, &opts),
+        Transport::Ud => qp.activate_ud(UD_QKEY, our_psn),
+    }
+    .map_err(e)?;
     peer.call(&format!(
-        "connect qpn={} psn={} gid={our_gid} mtu={mtu} timeout={LAB_QP_TIMEOUT} retry=7",
-        local.qpn, local.psn
+        "connect qpn={} psn={} gid={} mtu={mtu} timeout={LAB_QP_TIMEOUT} retry=7",
+        local.qpn,
+        local.psn,
+        pyverbs_gid(&local.gid)
     ))?;
+    Ok(peer)
+}
+
+/// Connects (UD: activates, addressing the peer) a fresh softverbs QP of `transport` on
+/// `device` with a fresh peer.py QP of the same type at path MTU `mtu`.
+pub(super) fn connect_transport(
+    env: &LabEnv,
+    device: &str,
+    mtu: u32,
+    transport: Transport,
+) -> Result<(Host, GuestPeer), String> {
+    let e = |x: softverbs::VerbsError| x.to_string();
+    let ctx = Context::open(device).map_err(e)?;
+    let pd = ctx.alloc_pd().map_err(e)?;
+    let cq = ctx.create_cq(256).map_err(e)?;
+    let buffer = RdmaBuffer::new(BUF_BYTES).ok_or("buffer allocation failed")?;
+    let access = transport.access();
+    let mr = pd.register(buffer, access).map_err(e)?;
+    let qp = pd
+        .qp_builder()
+        .qp_type(transport.qp_type())
+        .cap(QpCap {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        })
+        .build(&cq, &cq)
+        .map_err(e)?;
+    let peer = pair_with_guest(
+        env,
+        &qp,
+        transport,
+        mtu,
+        AccessFlags(access.bits() & !AccessFlags::MW_BIND.bits()),
+    )?;
     Ok((
         Host {
             cq,
             qp,
             mr,
+            pd,
             _ctx: ctx,
         },
         peer,
@@ -331,11 +428,12 @@ pub(super) fn host_check(host: &Host, offset: usize, len: usize, seed: u64) -> R
 pub fn run(
     env: &LabEnv,
     device: &str,
+    transport: Transport,
     verb: Verb,
     dir: Direction,
     mtu: u32,
 ) -> Result<String, String> {
-    let (host, mut peer) = connect(env, device, mtu)?;
+    let (host, mut peer) = connect_transport(env, device, mtu, transport)?;
     let guest_qpn = GuestPeer::num(&peer.info, "qpn")? as u32;
     let our_qpn = host.qp.qp_num();
     match verb {
