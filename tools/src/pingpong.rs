@@ -1,7 +1,7 @@
 //! `softverbs pingpong`: RC SEND ping-pong between two processes, like ibv_rc_pingpong. The
 //! QP numbers, PSNs and GIDs are exchanged over a TCP side channel; the data goes over RoCEv2.
-//! With `--ibv` the side channel and message order are ibv_rc_pingpong's own, so that the
-//! rdma-core program is the peer (see `ibv_pingpong.rs`).
+//! With `--ibv` the side channel and message order are rdma-core's ibv_{rc,uc,ud,srq}_pingpong
+//! own (`--kind`), so that the rdma-core program is the peer (see `ibv_pingpong.rs`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -12,7 +12,7 @@ use softverbs::{
     Gid, Mtu, RcConnectOptions, RcEndpoint, RecvWr, SendWr, VerbsError, VerbsResult, WcStatus,
 };
 
-use crate::ibv_pingpong::{self, IbvPingpongConfig, IbvRole};
+use crate::ibv_pingpong::{self, IbvKind, IbvPingpongConfig, IbvRole};
 use crate::rc_pair::{pattern, RcSide};
 
 /// Arguments of `softverbs pingpong`.
@@ -39,10 +39,16 @@ pub struct PingpongArgs {
     /// Seconds to wait for any one completion or for the peer.
     #[arg(long, default_value_t = 20)]
     pub timeout_secs: u64,
-    /// Speak rdma-core's ibv_rc_pingpong side channel (port 18515 by convention; its peer
-    /// echoes each message, which is checked).
+    /// Speak the side channel of rdma-core's ibv_*_pingpong (port 18515 by convention; its
+    /// peer echoes each message, which is checked).
     #[arg(long)]
     pub ibv: bool,
+    /// With --ibv: which program is the peer: rc, uc, ud or srq.
+    #[arg(long, default_value = "rc", requires = "ibv")]
+    pub kind: String,
+    /// With --ibv --kind srq: QPs on the SRQ (ibv_srq_pingpong's -q; both ends must agree).
+    #[arg(long, default_value_t = 16, requires = "ibv")]
+    pub num_qp: usize,
     /// With --ibv: behave as ibv_rc_pingpong itself (echo what arrives, check nothing), to
     /// test the checking side without rdma-core.
     #[arg(long, requires = "ibv")]
@@ -85,6 +91,7 @@ fn ibv_mode(args: &PingpongArgs) -> VerbsResult<()> {
         }
     };
     let cfg = IbvPingpongConfig {
+        kind: IbvKind::parse(&args.kind, args.num_qp)?,
         device: args.device.clone(),
         size: args.size,
         iters: args.iters,
@@ -95,7 +102,8 @@ fn ibv_mode(args: &PingpongArgs) -> VerbsResult<()> {
     };
     let report = ibv_pingpong::run(&cfg, role)?;
     println!(
-        "local QP {:#x} ({}), remote QP {:#x} ({}): {} messages of {} bytes each way, {}, {:.1} ms",
+        "{} side channel: local QP {:#x} ({}), remote QP {:#x} ({}): {} messages of {} bytes each way, {}, {:.1} ms",
+        cfg.kind.program(),
         report.local.qpn,
         report.local.gid,
         report.remote.qpn,

@@ -42,10 +42,24 @@ fn run_pair(
     client_echo: bool,
     timeout_secs: u64,
 ) -> (bool, String, bool, String) {
+    run_kind_pair("rc", octet, size, server_echo, client_echo, timeout_secs)
+}
+
+/// As [`run_pair`], with the ping-pong program `kind` (rc, uc, ud, srq with 4 QPs).
+fn run_kind_pair(
+    kind: &str,
+    octet: u8,
+    size: usize,
+    server_echo: bool,
+    client_echo: bool,
+    timeout_secs: u64,
+) -> (bool, String, bool, String) {
     let spawn = |device: &str, ip: String, role: &[&str], echo: bool| {
         let mut c = Command::new(BIN);
         c.env("SOFTVERBS_DEVICES", format!("{device}={ip}"))
-            .args(["pingpong", "--ibv", "-d", device])
+            .args([
+                "pingpong", "--ibv", "--kind", kind, "--num-qp", "4", "-d", device,
+            ])
             .args(role)
             .args(["-s", &size.to_string(), "-n", "12", "-m", "1024"])
             .args(["--timeout-secs", &timeout_secs.to_string()])
@@ -113,4 +127,29 @@ fn a_peer_that_does_not_echo_fails_the_check() {
         sout.contains("message 0: data differs from the expected echo at byte Some(0)"),
         "{sout}"
     );
+}
+
+#[test]
+fn uc_ud_and_srq_side_channels_check_their_echoes_in_both_roles() {
+    for (i, kind) in ["uc", "ud", "srq"].into_iter().enumerate() {
+        for client_checks in [true, false] {
+            let octet = 10 + 2 * i as u8 + u8::from(client_checks);
+            let (sok, sout, cok, cout) =
+                run_kind_pair(kind, octet, 700, client_checks, !client_checks, 20);
+            assert!(sok && cok, "{kind}: server:\n{sout}\nclient:\n{cout}");
+            let checker = if client_checks { &cout } else { &sout };
+            assert!(
+                checker.contains(&format!("ibv_{kind}_pingpong side channel"))
+                    && checker.contains("12 messages of 700 bytes each way, every echo verified"),
+                "{kind}: {checker}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_ud_message_over_the_port_mtu_is_refused() {
+    let (sok, sout, _, _) = run_kind_pair("ud", 20, 4097, false, true, 3);
+    assert!(!sok, "{sout}");
+    assert!(sout.contains("larger than the port MTU (4096)"), "{sout}");
 }

@@ -22,6 +22,7 @@ use std::time::Instant;
 
 use softverbs::{register_device, DeviceConfig, LinkConfig};
 
+use crate::ibv_pingpong::IbvKind;
 use error_cases::ErrorCase;
 use lab_env::LabEnv;
 use perftest_cases::PerftestBw;
@@ -116,7 +117,7 @@ enum CaseKind {
     SendInv,
     Srq,
     Error(ErrorCase),
-    Pingpong(usize),
+    Pingpong(IbvKind, usize),
     Perftest(PerftestBw),
 }
 
@@ -124,13 +125,15 @@ fn plan(args: &RunArgs) -> Vec<Case> {
     let mut cases = Vec::new();
     for &mtu in &args.mtu {
         for direction in Direction::BOTH {
-            for size in pingpong_cases::sizes(mtu as usize) {
-                cases.push(Case {
-                    scenario: format!("ibv_rc_pingpong {size} B"),
-                    direction,
-                    mtu,
-                    kind: CaseKind::Pingpong(size),
-                });
+            for kind in pingpong_cases::KINDS {
+                for size in pingpong_cases::sizes(kind, mtu as usize) {
+                    cases.push(Case {
+                        scenario: format!("{} {size} B", kind.program()),
+                        direction,
+                        mtu,
+                        kind: CaseKind::Pingpong(kind, size),
+                    });
+                }
             }
             for transport in [Transport::Rc, Transport::Uc] {
                 for &verb in transport.verbs() {
@@ -211,6 +214,7 @@ fn run_scenarios(args: &RunArgs) -> ExitCode {
         println!("rxe interop skipped: {e}");
         return ExitCode::from(EXIT_SKIPPED);
     }
+    prime_arp(&env);
     let capture_dir = env.run.join("captures");
     if let Err(e) = std::fs::create_dir_all(&capture_dir) {
         eprintln!("rxe-lab: {}: {e}", capture_dir.display());
@@ -271,6 +275,19 @@ fn run_scenarios(args: &RunArgs) -> ExitCode {
     }
 }
 
+/// Has the guest send us one datagram, so that its ARP request teaches our station its MAC
+/// before the first scenario: packets sent while a MAC is unknown wait in a bounded queue,
+/// and a UC message longer than that queue would lose its head.
+fn prime_arp(env: &LabEnv) {
+    let script = format!(
+        "python3 -c \"import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'arp', ('{}', 9))\"",
+        env.host_ip
+    );
+    let _ = env.ssh(&[]).arg(script).status();
+    // The guest's ARP request and our reply cross the link within this.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+}
+
 fn run_case(
     env: &LabEnv,
     capture_dir: &std::path::Path,
@@ -324,8 +341,8 @@ fn run_case(
             CaseKind::Perftest(kind) => {
                 perftest_cases::run(env, LAB_DEVICE, kind, case.direction, case.mtu)
             }
-            CaseKind::Pingpong(size) => {
-                pingpong_cases::run(env, LAB_DEVICE, case.direction, case.mtu, size)
+            CaseKind::Pingpong(kind, size) => {
+                pingpong_cases::run(env, LAB_DEVICE, kind, case.direction, case.mtu, size)
             }
         },
     };

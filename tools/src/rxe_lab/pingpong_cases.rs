@@ -1,5 +1,5 @@
-//! Unmodified rdma-core `ibv_rc_pingpong` in the guest against `softverbs pingpong --ibv`,
-//! in both roles. The side channel crosses ssh port forwards on 127.0.0.1 (`-R` when the
+//! Unmodified rdma-core `ibv_rc_pingpong`, `ibv_uc_pingpong`, `ibv_ud_pingpong` and
+//! `ibv_srq_pingpong` in the guest against `softverbs pingpong --ibv`, in both roles. The side channel crosses ssh port forwards on 127.0.0.1 (`-R` when the
 //! guest is the client, `-L` when it serves), so the guest needs no route to the host.
 
 use std::net::{SocketAddr, TcpListener};
@@ -11,7 +11,7 @@ use softverbs::Mtu;
 use super::lab_env::LabEnv;
 use super::verb_cases::{Direction, LAB_QP_TIMEOUT};
 use crate::ibv_oob::IBV_PINGPONG_PORT;
-use crate::ibv_pingpong::{self, IbvPingpongConfig, IbvRole};
+use crate::ibv_pingpong::{self, IbvKind, IbvPingpongConfig, IbvRole};
 
 /// Longest wait for the side channel or any one completion.
 const WAIT: Duration = Duration::from_secs(60);
@@ -21,10 +21,23 @@ const GUEST_LIFETIME_S: u64 = 150;
 /// Longest wait for the guest program to exit once our side is done.
 const GUEST_EXIT_WAIT: Duration = Duration::from_secs(30);
 
-/// Message sizes at path MTU `mtu`: the issue's, except 0 B (ibv_rc_pingpong has no empty
-/// messages).
-pub fn sizes(mtu: usize) -> Vec<usize> {
-    vec![1, mtu - 1, mtu, mtu + 1, 1 << 20]
+/// QPs of the ibv_srq_pingpong runs (its -q).
+const SRQ_QPS: usize = 4;
+/// The programs run, in table order.
+pub const KINDS: [IbvKind; 4] = [IbvKind::Rc, IbvKind::Uc, IbvKind::Ud, IbvKind::Srq(SRQ_QPS)];
+
+/// Message sizes of `kind` at path MTU `mtu`: the issue's, except 0 B (the programs have no
+/// empty messages); UD messages are single packets. UC and SRQ stop at 64 KiB: a 1 MiB UC
+/// message is a thousand-frame burst that the TCG guest's 256-entry NIC ring drops part of
+/// while the program runs, and UC never resends (the UC verb scenarios carry 1 MiB, with the
+/// guest idle); the SRQ program's QPs all receive into one buffer.
+pub fn sizes(kind: IbvKind, mtu: usize) -> Vec<usize> {
+    match kind {
+        IbvKind::Rc => vec![1, mtu - 1, mtu, mtu + 1, 1 << 20],
+        IbvKind::Uc => vec![1, mtu - 1, mtu, mtu + 1, 64 << 10],
+        IbvKind::Ud => vec![1, mtu - 1, mtu],
+        IbvKind::Srq(_) => vec![1, mtu, mtu + 1, 64 << 10],
+    }
 }
 
 fn iters_for(size: usize) -> u64 {
@@ -44,7 +57,7 @@ fn wait_guest(mut child: Child) -> Result<String, String> {
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err("ibv_rc_pingpong in the guest did not finish".into());
+                return Err("the ping-pong program in the guest did not finish".into());
             }
         }
     }
@@ -53,7 +66,7 @@ fn wait_guest(mut child: Child) -> Result<String, String> {
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
         return Err(format!(
-            "ibv_rc_pingpong in the guest failed ({}): {}",
+            "the ping-pong program in the guest failed ({}): {}",
             out.status,
             text.trim()
         ));
@@ -66,17 +79,19 @@ fn free_local_port() -> Result<u16, String> {
     Ok(l.local_addr().map_err(|e| e.to_string())?.port())
 }
 
-/// One ping-pong of `size` bytes at path MTU `mtu`; `dir` names who sends first (the
-/// ibv_rc_pingpong client is the first sender).
+/// One ping-pong of `kind` with `size`-byte messages at path MTU `mtu`; `dir` names who sends
+/// first (the client is the first sender).
 pub fn run(
     env: &LabEnv,
     device: &str,
+    kind: IbvKind,
     dir: Direction,
     mtu: u32,
     size: usize,
 ) -> Result<String, String> {
     let iters = iters_for(size);
     let cfg = IbvPingpongConfig {
+        kind,
         device: device.to_string(),
         size,
         iters,
@@ -85,8 +100,17 @@ pub fn run(
         wait: WAIT,
         echo: false,
     };
+    let program = kind.program();
+    let kind_args = match kind {
+        // ibv_ud_pingpong has no path MTU: its messages are bounded by the port's.
+        IbvKind::Ud => String::new(),
+        IbvKind::Srq(n) => format!("-m {mtu} -q {n}"),
+        IbvKind::Rc | IbvKind::Uc => format!("-m {mtu}"),
+    };
+    // -e: the program sleeps on CQ events instead of busy-polling, which would starve rxe
+    // of the guest's one CPU (a UC message lost that way is never resent).
     let guest_cmd = format!(
-        "exec timeout {GUEST_LIFETIME_S} ibv_rc_pingpong -d rxe0 -g 1 -m {mtu} -s {size} -n {iters} -p {IBV_PINGPONG_PORT}"
+        "exec timeout {GUEST_LIFETIME_S} {program} -e -d rxe0 -g 1 {kind_args} -s {size} -n {iters} -p {IBV_PINGPONG_PORT}"
     );
     let spawn = |extra: Vec<String>, cmd: String| {
         env.ssh(&extra)
