@@ -37,8 +37,10 @@ impl Provider {
         }
     }
 
-    /// The backend that will really serve calls: `hw` needs the `hw` feature; `auto` falls
-    /// back to the emulator when no hardware backend is built in.
+    /// The backend that will really serve calls: `hw` needs the `hw` feature; `auto` is
+    /// `hw` when the feature is built in and rdma-core lists at least one device, else the
+    /// emulator (saying so once through `tracing` when the feature is built in, so that a
+    /// silent fallback on a machine expected to have a NIC can be noticed).
     pub fn resolve(self) -> VerbsResult<Provider> {
         match self {
             Provider::Emu => Ok(Provider::Emu),
@@ -46,9 +48,37 @@ impl Provider {
             Provider::Hw => Err(VerbsError::NotSupported(
                 "the hardware passthrough is not built in (cargo feature `hw`)".into(),
             )),
-            Provider::Auto => Ok(Provider::Emu),
+            Provider::Auto => Ok(resolve_auto()),
         }
     }
+
+    /// The backend's name as [`softverbs_api::DeviceInfo::backend`] gives it.
+    pub fn backend_name(self) -> &'static str {
+        match self {
+            Provider::Emu => "emu",
+            Provider::Hw => "hw",
+            Provider::Auto => "auto",
+        }
+    }
+}
+
+#[cfg(feature = "hw")]
+fn resolve_auto() -> Provider {
+    static FALLBACK_SAID: std::sync::Once = std::sync::Once::new();
+    let why = match crate::hw::devices() {
+        Ok(list) if !list.is_empty() => return Provider::Hw,
+        Ok(_) => "no rdma-core device".to_string(),
+        Err(e) => format!("listing rdma-core devices failed: {e}"),
+    };
+    FALLBACK_SAID.call_once(|| {
+        tracing::info!("{PROVIDER_ENV}=auto: {why}; using the emulator");
+    });
+    Provider::Emu
+}
+
+#[cfg(not(feature = "hw"))]
+fn resolve_auto() -> Provider {
+    Provider::Emu
 }
 
 #[cfg(test)]
@@ -58,10 +88,12 @@ mod tests {
     #[test]
     fn parse_and_resolve() {
         assert_eq!(Provider::parse("emu").unwrap(), Provider::Emu);
-        assert_eq!(
-            Provider::parse("auto").unwrap().resolve().unwrap(),
-            Provider::Emu
-        );
+        if !cfg!(feature = "hw") {
+            assert_eq!(
+                Provider::parse("auto").unwrap().resolve().unwrap(),
+                Provider::Emu
+            );
+        }
         assert_eq!(Provider::parse("bogus").unwrap_err().errno(), 22);
         if !cfg!(feature = "hw") {
             assert_eq!(Provider::Hw.resolve().unwrap_err().errno(), 95);
