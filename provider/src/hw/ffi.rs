@@ -519,15 +519,17 @@ impl RawCq {
     /// `ibv_poll_cq` of up to `max` completions.
     pub(crate) fn poll(&self, max: usize) -> Result<Vec<RawWc>, Errno> {
         let n = i32::try_from(max).unwrap_or(i32::MAX);
-        let mut wcs: Vec<ibv_wc> = Vec::with_capacity(max);
-        // SAFETY: live CQ; `wcs` has room for `n` entries, of which libibverbs fills the
-        // first `got` (set_len below covers only those).
+        // Zeroed rather than uninitialised: a provider that leaves a field it considers
+        // undefined (e.g. on error completions) unwritten then reads as 0, not as garbage.
+        // SAFETY: ibv_wc is integers and a union of integers: all-zero is a valid value.
+        let mut wcs: Vec<ibv_wc> = (0..max).map(|_| unsafe { std::mem::zeroed() }).collect();
+        // SAFETY: live CQ; `wcs` holds `max` >= `n` entries, of which the provider fills the
+        // first `got`.
         let got = unsafe { ibv_poll_cq(self.0.as_ptr(), n, wcs.as_mut_ptr()) };
         if got < 0 {
             return Err(if got == -1 { last_errno() } else { -got });
         }
-        // SAFETY: the first `got` (<= capacity) entries were written by the provider.
-        unsafe { wcs.set_len(got as usize) };
+        wcs.truncate(got as usize);
         Ok(wcs
             .iter()
             .map(|w| RawWc {

@@ -21,6 +21,9 @@ pub const QKEY: u32 = 0x1117_0000;
 
 /// Test file number of this suite: emulated devices on 127.10.61.n.
 const FILE: u8 = 61;
+/// UDP port of the suite's emulated devices. Not 4791: where kernel rxe is loaded (the lab
+/// guest, where this suite also runs against it) its socket holds 4791 on every address.
+const EMU_UDP_PORT: u16 = 14791;
 
 /// Where the cases run.
 pub struct Bench {
@@ -38,7 +41,8 @@ fn emu_names() -> [String; 2] {
     let names = [1u8, 2].map(|n| format!("sv-f{FILE}-{n}"));
     REGISTERED.call_once(|| {
         for (i, name) in names.iter().enumerate() {
-            let cfg = softverbs::DeviceConfig::new(name.clone(), test_ip(FILE, i as u8 + 1));
+            let mut cfg = softverbs::DeviceConfig::new(name.clone(), test_ip(FILE, i as u8 + 1));
+            cfg.udp_port = EMU_UDP_PORT;
             drop(register_and_open(cfg));
         }
     });
@@ -46,7 +50,7 @@ fn emu_names() -> [String; 2] {
 }
 
 impl Bench {
-    /// Two emulated devices on 127.10.61.1 and .2.
+    /// Two emulated devices on 127.10.61.1 and .2 (UDP port [`EMU_UDP_PORT`]).
     pub fn emu() -> Bench {
         let names = emu_names();
         Bench {

@@ -210,7 +210,7 @@ pub fn run_script(bench: &Bench) -> Outcome {
 
 /// What the script must give on any backend (so that a run checks itself even when there
 /// is nothing to compare it with): every completion successful but the last two, the
-/// receive-length error and its requester-side counterpart.
+/// receive-length error at the responder and the NAK it causes at the requester.
 pub fn check_self(o: &Outcome) {
     assert_eq!(o.trace.len(), 23, "completions: {:#?}", o.trace);
     let (last, ok) = o.trace.split_last().expect("completions");
@@ -218,38 +218,109 @@ pub fn check_self(o: &Outcome) {
     for r in ok {
         assert_eq!(r.status, WcStatus::Success, "{r:?}");
     }
-    assert_eq!(requester.status, WcStatus::RemInvReqErr, "{requester:?}");
-    assert_eq!(last.status, WcStatus::LocLenErr, "{last:?}");
+    // The emulator's pair, and kernel 6.1 rxe's (see KNOWN_DIVERGENCES).
+    assert!(
+        matches!(
+            (requester.status, last.status),
+            (WcStatus::RemInvReqErr, WcStatus::LocLenErr)
+                | (WcStatus::RemOpErr, WcStatus::LocQpOpErr)
+        ),
+        "{requester:?} / {last:?}"
+    );
 }
 
-/// The differences between two outcomes (empty when they agree).
-pub fn compare(left: &Outcome, right: &Outcome) -> Vec<String> {
-    let mut diffs = Vec::new();
-    if left.trace.len() != right.trace.len() {
-        diffs.push(format!(
+/// Differences between the emulator and kernel rxe (Linux 6.1, rdma-core 44) that this
+/// check found and that are reported, not hidden: each is printed on every run, and
+/// `SOFTVERBS_DIFF_STRICT=1` makes them failures. Everything else must be identical.
+pub const KNOWN_DIVERGENCES: &[&str] = &[
+    "send-imm-flag: rxe sets WITH_IMM (imm 0) on the send completion of a *_WITH_IMM WR; the emulator sets no flag",
+    "grh-flag: rxe sets GRH on RC and UC receive completions (as on UD ones); the emulator on UD receives only",
+    "short-recv: an RC SEND longer than the receive buffer: rxe completes it REM_OP_ERR at the requester and LOC_QP_OP_ERR at the responder; the emulator REM_INV_REQ_ERR and LOC_LEN_ERR",
+];
+
+/// Which known divergence (index into [`KNOWN_DIVERGENCES`]) explains emulator record `e`
+/// differing from hardware record `h`, if one does exactly.
+fn known(e: &Record, h: &Record) -> Option<usize> {
+    let same_but = |flags: WcFlags, imm: Option<u32>| {
+        Record {
+            wc_flags: flags,
+            imm,
+            ..e.clone()
+        } == *h
+    };
+    if e.queue.ends_with(".send")
+        && e.imm.is_none()
+        && same_but(e.wc_flags | WcFlags::WITH_IMM, Some(0))
+    {
+        return Some(0);
+    }
+    if (e.queue.starts_with("rc.") || e.queue.starts_with("uc."))
+        && e.queue.ends_with(".recv")
+        && !e.wc_flags.contains(WcFlags::GRH)
+        && same_but(e.wc_flags | WcFlags::GRH, e.imm)
+    {
+        return Some(1);
+    }
+    let statuses = (e.status, h.status);
+    let same_else = Record {
+        status: h.status,
+        ..e.clone()
+    } == *h;
+    if same_else
+        && e.wr_id == 50
+        && matches!(
+            (e.queue, statuses),
+            ("rc.a.send", (WcStatus::RemInvReqErr, WcStatus::RemOpErr))
+                | ("rc.b.recv", (WcStatus::LocLenErr, WcStatus::LocQpOpErr))
+        )
+    {
+        return Some(2);
+    }
+    None
+}
+
+/// How an emulator outcome and a hardware outcome compare.
+#[derive(Default)]
+pub struct Comparison {
+    /// Differences that no known divergence explains (the check fails on any).
+    pub unexplained: Vec<String>,
+    /// Differences a known divergence explains: (index into KNOWN_DIVERGENCES, detail).
+    pub known: Vec<(usize, String)>,
+}
+
+/// Compares an emulator outcome `emu` with a hardware outcome `hw`.
+pub fn compare(emu: &Outcome, hw: &Outcome) -> Comparison {
+    let mut c = Comparison::default();
+    if emu.trace.len() != hw.trace.len() {
+        c.unexplained.push(format!(
             "{} vs {} completions",
-            left.trace.len(),
-            right.trace.len()
+            emu.trace.len(),
+            hw.trace.len()
         ));
     }
-    for (i, (l, r)) in left.trace.iter().zip(&right.trace).enumerate() {
-        if l != r {
-            diffs.push(format!("completion {i}: {l:?} vs {r:?}"));
+    for (i, (e, h)) in emu.trace.iter().zip(&hw.trace).enumerate() {
+        if e == h {
+            continue;
+        }
+        let detail = format!("completion {i}: emu {e:?} vs hw {h:?}");
+        match known(e, h) {
+            Some(k) => c.known.push((k, detail)),
+            None => c.unexplained.push(detail),
         }
     }
-    for ((name, l), (_, r)) in left.images.iter().zip(&right.images) {
+    for ((name, l), (_, r)) in emu.images.iter().zip(&hw.images) {
         if let Some(at) = l.iter().zip(r.iter()).position(|(x, y)| x != y) {
-            diffs.push(format!(
-                "memory of {name} differs from byte {at}: {:#04x} vs {:#04x}",
+            c.unexplained.push(format!(
+                "memory of {name} differs from byte {at}: emu {:#04x} vs hw {:#04x}",
                 l[at], r[at]
             ));
         } else if l.len() != r.len() {
-            diffs.push(format!(
+            c.unexplained.push(format!(
                 "memory of {name}: {} vs {} bytes",
                 l.len(),
                 r.len()
             ));
         }
     }
-    diffs
+    c
 }
