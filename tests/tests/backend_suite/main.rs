@@ -74,6 +74,8 @@ fn run_one(label: &str, f: impl FnOnce()) -> bool {
 struct Tally {
     passed: usize,
     failed: usize,
+    /// Behaviours the cases found to differ from the emulator's (hardware only).
+    divergences: usize,
 }
 
 fn main() -> ExitCode {
@@ -115,6 +117,7 @@ fn main() -> ExitCode {
     let mut outcomes = Vec::new();
     for bench in &benches {
         let mut tally = Tally::default();
+        cases::DIVERGENCES.store(0, std::sync::atomic::Ordering::Relaxed);
         println!("== backend {} ({})", bench.backend, bench.device);
         for (name, case) in cases::CASES {
             if !selected(name) {
@@ -141,6 +144,7 @@ fn main() -> ExitCode {
             }
             outcomes.push((bench.backend, outcome));
         }
+        tally.divergences = cases::DIVERGENCES.load(std::sync::atomic::Ordering::Relaxed);
         tallies.push((bench.backend, tally));
     }
 
@@ -179,7 +183,10 @@ fn main() -> ExitCode {
     println!("== summary ({:.1} s)", started.elapsed().as_secs_f64());
     let mut failed = diff_failed;
     for (name, t) in &tallies {
-        println!("backend {name}: {} passed, {} failed", t.passed, t.failed);
+        println!(
+            "backend {name}: {} passed, {} failed, {} divergences from the emulator noted",
+            t.passed, t.failed, t.divergences
+        );
         failed |= t.failed > 0;
     }
     if let Some(why) = &hw_skip {
