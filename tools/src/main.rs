@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use softverbs::select::Provider;
 
 mod decode;
 mod demo;
@@ -76,9 +77,18 @@ fn list_devices() -> ExitCode {
     if list.is_empty() {
         println!("(no devices)");
     }
-    match softverbs::select::Provider::from_env().and_then(|p| p.resolve()) {
+    let chosen = softverbs::select::Provider::from_env();
+    match chosen.clone().and_then(|p| p.resolve()) {
         Ok(p) => {
-            println!("selected backend: {}", p.backend_name());
+            // Why auto chose the emulator, in words (the library says it through tracing).
+            let why = match (chosen, p) {
+                (Ok(Provider::Auto), Provider::Emu) => match softverbs::devices_for(Provider::Hw) {
+                    Ok(_) => " (auto: no rdma-core device)".to_string(),
+                    Err(e) => format!(" (auto: {e})"),
+                },
+                _ => String::new(),
+            };
+            println!("selected backend: {}{why}", p.backend_name());
             ExitCode::SUCCESS
         }
         Err(e) => {
