@@ -100,3 +100,62 @@ mod tests {
         }
     }
 }
+
+/// With the hardware backend built in but no rdma-core device, `auto` falls back to the
+/// emulator and says so through `tracing` exactly once per process.
+#[cfg(all(test, feature = "hw"))]
+mod fallback_tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::Provider;
+
+    /// A subscriber that counts the events whose message says the emulator was chosen.
+    struct Counter(Arc<AtomicUsize>);
+
+    struct Message(String);
+
+    impl tracing::field::Visit for Message {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            if field.name() == "message" {
+                self.0 = format!("{value:?}");
+            }
+        }
+    }
+
+    impl tracing::Subscriber for Counter {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            let mut m = Message(String::new());
+            event.record(&mut m);
+            if m.0.contains("using the emulator") {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    #[test]
+    fn auto_without_devices_falls_back_and_says_so_once() {
+        if !crate::hw::devices().unwrap_or_default().is_empty() {
+            // With a device, auto selects it; nothing to fall back from.
+            assert_eq!(Provider::Auto.resolve().unwrap(), Provider::Hw);
+            return;
+        }
+        let said = Arc::new(AtomicUsize::new(0));
+        tracing::subscriber::with_default(Counter(said.clone()), || {
+            for _ in 0..3 {
+                assert_eq!(Provider::Auto.resolve().unwrap(), Provider::Emu);
+            }
+        });
+        assert_eq!(said.load(Ordering::SeqCst), 1, "the fallback is said once");
+    }
+}
