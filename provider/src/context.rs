@@ -11,10 +11,35 @@ use crate::events::AsyncEvents;
 use crate::pd::Pd;
 use crate::select::Provider;
 
-/// The devices the selected provider offers (`ibv_get_device_list`).
+/// The devices the provider chosen by `SOFTVERBS_PROVIDER` offers (`ibv_get_device_list`):
+/// see [`devices_for`].
 pub fn devices() -> VerbsResult<Vec<DeviceInfo>> {
-    // Only the emulator is built in today; `resolve` refuses `hw` without the feature.
-    Provider::from_env()?.resolve()?;
+    devices_for(Provider::from_env()?)
+}
+
+/// The devices `provider` offers, each saying its backend: `emu` the emulated devices,
+/// `hw` the rdma-core devices (feature `hw`), `auto` the rdma-core devices when there are
+/// any, else the emulated ones.
+pub fn devices_for(provider: Provider) -> VerbsResult<Vec<DeviceInfo>> {
+    match provider.resolve()? {
+        Provider::Hw => hw_devices(),
+        _ => emu_devices(),
+    }
+}
+
+/// Every device of both backends (rdma-core devices first), each saying which it is: what
+/// `softverbs devices` shows, whatever `SOFTVERBS_PROVIDER` says.
+pub fn all_devices() -> VerbsResult<Vec<DeviceInfo>> {
+    let mut list = if cfg!(feature = "hw") {
+        hw_devices()?
+    } else {
+        Vec::new()
+    };
+    list.extend(emu_devices()?);
+    Ok(list)
+}
+
+fn emu_devices() -> VerbsResult<Vec<DeviceInfo>> {
     Ok(engine::device_list()?
         .into_iter()
         .map(|d| DeviceInfo {
@@ -25,9 +50,22 @@ pub fn devices() -> VerbsResult<Vec<DeviceInfo>> {
         .collect())
 }
 
+#[cfg(feature = "hw")]
+fn hw_devices() -> VerbsResult<Vec<DeviceInfo>> {
+    crate::hw::devices()
+}
+
+#[cfg(not(feature = "hw"))]
+fn hw_devices() -> VerbsResult<Vec<DeviceInfo>> {
+    Err(softverbs_api::VerbsError::NotSupported(
+        "the hardware passthrough is not built in (cargo feature `hw`)".into(),
+    ))
+}
+
 pub(crate) struct ContextInner {
     pub(crate) backend: Arc<dyn VerbsContext>,
     emu: Option<EmuContext>,
+    kind: Provider,
 }
 
 /// An open device (`ibv_context`). Cloning shares it.
@@ -37,16 +75,43 @@ pub struct Context {
 }
 
 impl Context {
-    /// Opens device `name` (`ibv_open_device`).
+    /// Opens device `name` (`ibv_open_device`) with the provider `SOFTVERBS_PROVIDER` names:
+    /// see [`Context::open_with`].
     pub fn open(name: &str) -> VerbsResult<Context> {
-        Provider::from_env()?.resolve()?;
+        Context::open_with(name, Provider::from_env()?)
+    }
+
+    /// Opens device `name` of `provider`: `emu` an emulated device, `hw` an rdma-core
+    /// device; `auto` the emulated device of that name if one is configured or registered
+    /// (a program that set up emulated devices meant them), else the rdma-core one.
+    pub fn open_with(name: &str, provider: Provider) -> VerbsResult<Context> {
+        let provider = match provider {
+            Provider::Auto => {
+                let emulated = engine::device_list()?.iter().any(|d| d.name == name);
+                if emulated || !cfg!(feature = "hw") {
+                    Provider::Emu
+                } else {
+                    Provider::Hw
+                }
+            }
+            p => p.resolve()?,
+        };
+        if provider == Provider::Hw {
+            return open_hw(name);
+        }
         let emu = engine::open_device(name)?;
         Ok(Context {
             inner: Arc::new(ContextInner {
                 backend: Arc::new(emu.clone()),
                 emu: Some(emu),
+                kind: Provider::Emu,
             }),
         })
+    }
+
+    /// Which backend serves this context: [`Provider::Emu`] or [`Provider::Hw`].
+    pub fn provider(&self) -> Provider {
+        self.inner.kind
     }
 
     /// The backend verbs layer, for calls the safe API does not wrap.
@@ -103,4 +168,23 @@ impl Context {
     pub fn async_events(&self) -> VerbsResult<AsyncEvents> {
         AsyncEvents::new(self)
     }
+}
+
+#[cfg(feature = "hw")]
+fn open_hw(name: &str) -> VerbsResult<Context> {
+    let hw = crate::hw::HwContext::open(name)?;
+    Ok(Context {
+        inner: Arc::new(ContextInner {
+            backend: Arc::new(hw),
+            emu: None,
+            kind: Provider::Hw,
+        }),
+    })
+}
+
+#[cfg(not(feature = "hw"))]
+fn open_hw(_name: &str) -> VerbsResult<Context> {
+    Err(softverbs_api::VerbsError::NotSupported(
+        "the hardware passthrough is not built in (cargo feature `hw`)".into(),
+    ))
 }

@@ -23,6 +23,8 @@ mod context;
 mod cq;
 mod events;
 mod fd;
+#[cfg(feature = "hw")]
+pub mod hw;
 mod mr;
 mod mw;
 mod pd;
@@ -32,7 +34,7 @@ mod srq;
 
 pub use ah::Ah;
 pub use channel::CompChannel;
-pub use context::{devices, Context};
+pub use context::{all_devices, devices, devices_for, Context};
 pub use cq::Cq;
 pub use events::AsyncEvents;
 pub use mr::Mr;

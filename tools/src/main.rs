@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use softverbs::select::Provider;
 
 mod decode;
 mod demo;
@@ -24,7 +25,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// List the devices (SOFTVERBS_DEVICES, or the default two on loopback).
+    /// List the devices of both backends (emulated: SOFTVERBS_DEVICES, or the default two on
+    /// loopback; hardware: rdma-core's, with feature `hw`) and the one SOFTVERBS_PROVIDER selects.
     Devices,
     /// Two emulated devices on loopback exchange RC SENDs; every byte is checked.
     Demo(demo::DemoArgs),
@@ -50,15 +52,43 @@ fn main() -> ExitCode {
     }
 }
 
+/// Every device of both backends, one line each: name, backend, and where it is (the
+/// emulated device's address, the rdma-core device's node GUID); then which backend
+/// `SOFTVERBS_PROVIDER` selects.
 fn list_devices() -> ExitCode {
-    match softverbs::devices() {
-        Ok(list) => {
-            for d in softverbs_emu::engine::device_list().unwrap_or_default() {
-                println!("{:<12} {:<24} udp/{}", d.name, d.ip, d.udp_port);
-            }
-            if list.is_empty() {
-                println!("(no devices)");
-            }
+    let list = match softverbs::all_devices() {
+        Ok(list) => list,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let emulated = softverbs_emu::engine::device_list().unwrap_or_default();
+    for d in &list {
+        let place = match emulated
+            .iter()
+            .find(|c| d.backend == "emu" && c.name == d.name)
+        {
+            Some(c) => format!("{} udp/{}", c.ip, c.udp_port),
+            None => format!("guid {:016x}", d.guid),
+        };
+        println!("{:<12} {:<4} {place}", d.name, d.backend);
+    }
+    if list.is_empty() {
+        println!("(no devices)");
+    }
+    let chosen = softverbs::select::Provider::from_env();
+    match chosen.clone().and_then(|p| p.resolve()) {
+        Ok(p) => {
+            // Why auto chose the emulator, in words (the library says it through tracing).
+            let why = match (chosen, p) {
+                (Ok(Provider::Auto), Provider::Emu) => match softverbs::devices_for(Provider::Hw) {
+                    Ok(_) => " (auto: no rdma-core device)".to_string(),
+                    Err(e) => format!(" (auto: {e})"),
+                },
+                _ => String::new(),
+            };
+            println!("selected backend: {}{why}", p.backend_name());
             ExitCode::SUCCESS
         }
         Err(e) => {
