@@ -51,3 +51,7 @@ case $rc in
     77) skip "the lab was not usable for the scenarios" ;;
     *) echo "rxe interop: FAILED (exit $rc)"; exit 1 ;;
 esac
+
+# The hardware backend (feature hw) on the guest's kernel rxe, in the same lab. It says
+# itself when and why it is skipped.
+tools/rxe-lab/hw-suite.sh || { echo "rxe interop: the hw backend suite FAILED"; exit 1; }
