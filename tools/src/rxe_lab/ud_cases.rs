@@ -13,7 +13,7 @@ use super::guest_peer::GuestPeer;
 use super::lab_env::LabEnv;
 use super::pattern::lab_pattern;
 use super::verb_cases::{
-    connect_transport, expect_guest_wc, expect_host_wc, fail, guest_check, Direction, Host,
+    connect_transport, expect_guest_wc, expect_host_wc, fail, guest_check, Direction, Host, Step,
     Transport, Verb, GUARD_BYTES, UD_QKEY, WAIT,
 };
 
@@ -110,18 +110,18 @@ pub fn run(
     let dest = ah.dest(GuestPeer::num(&peer.info, "qpn")? as u32, UD_QKEY);
     let list = sizes(mtu as usize);
     for (i, &len) in list.iter().enumerate() {
-        let wr_id = 300 + i as u64;
-        let seed = 40 + (verb as u64) * 16 + i as u64;
-        let imm = 0x0bad_0000 | i as u32;
-        let step = match dir {
-            Direction::SoftverbsToRxe => {
-                softverbs_sends(env, &host, &mut peer, dest, verb, len, wr_id, seed, imm)
-            }
-            Direction::RxeToSoftverbs => {
-                rxe_sends(env, &host, &mut peer, verb, len, wr_id, seed, imm)
-            }
+        let step = Step {
+            verb,
+            len,
+            wr_id: 300 + i as u64,
+            seed: 40 + (verb as u64) * 16 + i as u64,
+            imm: 0x0bad_0000 | i as u32,
         };
-        step.map_err(|e| format!("{len} B: {e}"))?;
+        match dir {
+            Direction::SoftverbsToRxe => softverbs_sends(env, &host, &mut peer, dest, step),
+            Direction::RxeToSoftverbs => rxe_sends(env, &host, &mut peer, step),
+        }
+        .map_err(|e| format!("{len} B: {e}"))?;
     }
     let extra = match dir {
         Direction::SoftverbsToRxe => {
@@ -168,18 +168,20 @@ fn with_imm_flag(verb: Verb) -> bool {
     verb == Verb::SendImm
 }
 
-#[allow(clippy::too_many_arguments)]
 fn softverbs_sends(
     env: &LabEnv,
     host: &Host,
     peer: &mut GuestPeer,
     dest: UdDest,
-    verb: Verb,
-    len: usize,
-    wr_id: u64,
-    seed: u64,
-    imm: u32,
+    step: Step,
 ) -> Result<(), String> {
+    let Step {
+        verb,
+        len,
+        wr_id,
+        seed,
+        imm,
+    } = step;
     let recv_len = GRH_BYTES + len + GUARD_BYTES;
     peer.call(&format!("zero offset=0 length={recv_len}"))?;
     peer.call(&format!(
@@ -235,17 +237,14 @@ fn softverbs_sends(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn rxe_sends(
-    env: &LabEnv,
-    host: &Host,
-    peer: &mut GuestPeer,
-    verb: Verb,
-    len: usize,
-    wr_id: u64,
-    seed: u64,
-    imm: u32,
-) -> Result<(), String> {
+fn rxe_sends(env: &LabEnv, host: &Host, peer: &mut GuestPeer, step: Step) -> Result<(), String> {
+    let Step {
+        verb,
+        len,
+        wr_id,
+        seed,
+        imm,
+    } = step;
     let recv_len = GRH_BYTES + len + GUARD_BYTES;
     host.write(0, &vec![0u8; recv_len])?;
     host.post_recv(wr_id, 0, recv_len)?;

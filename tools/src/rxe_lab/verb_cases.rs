@@ -146,6 +146,17 @@ impl Transport {
     }
 }
 
+/// One message of a scenario: what it is, its size, and the values that identify it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Step {
+    pub(super) verb: Verb,
+    pub(super) len: usize,
+    pub(super) wr_id: u64,
+    /// Pattern seed of its bytes.
+    pub(super) seed: u64,
+    pub(super) imm: u32,
+}
+
 /// Who sends the requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
@@ -446,21 +457,23 @@ pub fn run(
     let list = sizes(mtu as usize);
     let mut retried = Vec::new();
     for (i, &len) in list.iter().enumerate() {
-        let wr_id = 100 + i as u64;
-        let seed = (verb as u64) * 16 + i as u64 + 1;
-        let imm = 0x1234_5600 | i as u32;
+        let step = Step {
+            verb,
+            len,
+            wr_id: 100 + i as u64,
+            seed: (verb as u64) * 16 + i as u64 + 1,
+            imm: 0x1234_5600 | i as u32,
+        };
         for attempt in 1.. {
             let guest_qpn = GuestPeer::num(&peer.info, "qpn")? as u32;
             let our_qpn = host.qp.qp_num();
-            let step = match dir {
-                Direction::SoftverbsToRxe => {
-                    softverbs_requests(&host, &mut peer, verb, len, wr_id, seed, imm, guest_qpn)
+            let outcome = match dir {
+                Direction::SoftverbsToRxe => softverbs_requests(&host, &mut peer, step, guest_qpn),
+                Direction::RxeToSoftverbs => {
+                    rxe_requests(&host, &mut peer, step, our_qpn, guest_qpn)
                 }
-                Direction::RxeToSoftverbs => rxe_requests(
-                    &host, &mut peer, verb, len, wr_id, seed, imm, our_qpn, guest_qpn,
-                ),
             };
-            match step {
+            match outcome {
                 Ok(()) => break,
                 // UC never resends: a frame the lab link lost (a busy host or guest drops
                 // some from a full socket buffer) loses its message, which is correct UC
@@ -487,17 +500,19 @@ pub fn run(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
 fn softverbs_requests(
     host: &Host,
     peer: &mut GuestPeer,
-    verb: Verb,
-    len: usize,
-    wr_id: u64,
-    seed: u64,
-    imm: u32,
+    step: Step,
     guest_qpn: u32,
 ) -> Result<(), String> {
+    let Step {
+        verb,
+        len,
+        wr_id,
+        seed,
+        imm,
+    } = step;
     let our_qpn = host.qp.qp_num();
     let remote = Host::remote_of(peer)?;
     let data = lab_pattern(seed, len);
@@ -567,18 +582,20 @@ fn softverbs_requests(
     guest_check(peer, 0, len, seed)
 }
 
-#[allow(clippy::too_many_arguments)]
 fn rxe_requests(
     host: &Host,
     peer: &mut GuestPeer,
-    verb: Verb,
-    len: usize,
-    wr_id: u64,
-    seed: u64,
-    imm: u32,
+    step: Step,
     our_qpn: u32,
     guest_qpn: u32,
 ) -> Result<(), String> {
+    let Step {
+        verb,
+        len,
+        wr_id,
+        seed,
+        imm,
+    } = step;
     let recv_len = (len + GUARD_BYTES).min(BUF_BYTES);
     let consumes_recv = matches!(verb, Verb::Send | Verb::SendImm | Verb::WriteImm);
     if verb == Verb::Read {
