@@ -6,6 +6,7 @@
 //! written: the ICRC covers those headers (see `wire::icrc`).
 
 pub mod arp;
+pub mod batch_sys;
 pub mod channel;
 pub mod ethernet;
 pub mod fault;
