@@ -101,6 +101,13 @@ pub struct Device {
     /// Earliest transport deadline a poster armed, for the engine thread's sleep.
     pub(crate) deadline_hint_ns: AtomicU64,
     pub(crate) counters: DeviceCounters,
+    /// Held by whoever takes datagrams off a pollable link and hands them to QPs (the
+    /// engine thread, or an application polling an empty CQ): one receiver at a time keeps
+    /// the arrival order.
+    pub(crate) rx_lock: Mutex<()>,
+    /// When (device clock) an application last polled an empty CQ and so received for the
+    /// engine: while that is recent the engine thread stays off the link (see worker).
+    pub(crate) app_polled_ns: AtomicU64,
     pds: Mutex<HashMap<u32, ()>>,
     cqs: RwLock<HashMap<u32, Arc<CompletionQueue>>>,
     pub(crate) qps: RwLock<HashMap<u32, Arc<QpEntry>>>,
@@ -128,6 +135,8 @@ impl Device {
             shutdown: AtomicBool::new(false),
             deadline_hint_ns: AtomicU64::new(u64::MAX),
             counters: DeviceCounters::default(),
+            rx_lock: Mutex::new(()),
+            app_polled_ns: AtomicU64::new(0),
             pds: Mutex::new(HashMap::new()),
             cqs: RwLock::new(HashMap::new()),
             qps: RwLock::new(HashMap::new()),
@@ -209,11 +218,12 @@ impl Device {
     /// and the async events a transport call produced.
     pub(crate) fn deliver(&self, entry: &QpEntry, qp: &TransportQp, out: &mut Outputs) {
         if self.port_active() {
-            for mut packet in out.packets.drain(..) {
-                if let Err(e) = self.link.send(&mut packet) {
+            if !out.packets.is_empty() {
+                if let Err(e) = self.link.send_batch(&mut out.packets) {
                     self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(device = %self.config.name, error = %e, "send failed");
                 }
+                out.packets.clear();
             }
         } else {
             // A port that is down sends nothing, like an unplugged cable: reliable QPs
@@ -462,6 +472,14 @@ impl EmuContext {
         dev.on_qp(&entry, None, call)
     }
 
+    /// The back-off of an application that polls CQs: blocks up to `timeout` until a
+    /// datagram reaches the device (the next poll then receives it in the calling thread),
+    /// instead of sleeping blind or yielding. Returns whether something arrived. Links that
+    /// cannot be waited on this way sleep `timeout`.
+    pub fn wait_for_traffic(&self, timeout: Duration) -> bool {
+        super::worker::wait_for_traffic(self.dev(), timeout)
+    }
+
     /// Device-wide packet counters.
     pub fn counters(&self) -> &DeviceCounters {
         &self.dev().counters
@@ -623,7 +641,15 @@ impl VerbsContext for EmuContext {
     }
 
     fn poll_cq(&self, cq: u32, out: &mut [WorkCompletion]) -> VerbsResult<usize> {
-        self.dev().cq(cq)?.poll(out)
+        let dev = self.dev();
+        let cq = dev.cq(cq)?;
+        let n = cq.poll(out)?;
+        // An empty CQ: receive what is waiting on the link in this thread rather than wait
+        // for the engine thread to be scheduled (it wakes too, and finds the work done).
+        if n == 0 && !out.is_empty() && super::worker::receive_if_free(dev) > 0 {
+            return cq.poll(out);
+        }
+        Ok(n)
     }
 
     fn create_qp(&self, pd: u32, init: &QpInitAttr) -> VerbsResult<(u32, QpCap)> {

@@ -18,6 +18,20 @@ use crate::wire::RoceRepr;
 /// thread (a post) can fire, and how long shutdown takes.
 const MAX_SLEEP: Duration = Duration::from_millis(5);
 
+/// Datagrams taken off the link per receive call.
+const RX_BATCH: usize = 64;
+/// Receive calls per wake-up before deadlines are looked at again.
+const RX_ROUNDS: usize = 8;
+
+/// How long after an application's last busy poll the engine thread leaves the link to it.
+/// Within it the engine only naps ([`APP_POLL_NAP`]) and fires timers: on a small machine a
+/// woken engine thread would take the CPU from the very thread that is doing its work.
+/// After it (the application went to sleep) the engine waits on the link again, so the
+/// responder still progresses without the application.
+const APP_POLL_GRACE_NS: u64 = 200_000;
+/// The engine's nap while an application polls.
+const APP_POLL_NAP: Duration = Duration::from_micros(100);
+
 /// TTL of the IP packets our UDP sockets send (the Linux default).
 const DEFAULT_HOP_LIMIT: u8 = 64;
 
@@ -29,18 +43,89 @@ pub(crate) fn run(dev: &Arc<Device>) {
         let hint = dev.deadline_hint_ns.swap(u64::MAX, Ordering::AcqRel);
         next_deadline_ns = next_deadline_ns.min(hint);
         let sleep = Duration::from_nanos(next_deadline_ns.saturating_sub(now)).min(MAX_SLEEP);
-        match dev.link.recv(sleep) {
-            Ok(Some(datagram)) => handle_datagram(dev, &datagram),
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(device = %dev.config.name, error = %e, "receive failed");
-                std::thread::sleep(MAX_SLEEP);
-            }
+        let app_polling =
+            now.saturating_sub(dev.app_polled_ns.load(Ordering::Relaxed)) < APP_POLL_GRACE_NS;
+        let received = if dev.link.pollable() && app_polling {
+            std::thread::sleep(sleep.min(APP_POLL_NAP));
+            Ok(0)
+        } else if dev.link.pollable() {
+            dev.link.wait_readable(sleep).and_then(|ready| {
+                if ready {
+                    let _receiver = dev.rx_lock.lock();
+                    receive_ready(dev)
+                } else {
+                    Ok(0)
+                }
+            })
+        } else {
+            dev.link.recv(sleep).map(|got| match got {
+                Some(datagram) => {
+                    handle_datagram(dev, &datagram);
+                    1
+                }
+                None => 0,
+            })
+        };
+        if let Err(e) = received {
+            tracing::warn!(device = %dev.config.name, error = %e, "receive failed");
+            std::thread::sleep(MAX_SLEEP);
         }
         if dev.clock.now_ns() >= next_deadline_ns {
             next_deadline_ns = fire_timers(dev);
         }
     }
+}
+
+/// Hands what a pollable link has waiting to the QPs, up to [`RX_ROUNDS`] batches. The
+/// caller holds `dev.rx_lock`.
+fn receive_ready(dev: &Device) -> std::io::Result<usize> {
+    let mut total = 0;
+    for _ in 0..RX_ROUNDS {
+        let n = dev
+            .link
+            .recv_ready(RX_BATCH, &mut |d| handle_datagram(dev, d))?;
+        total += n;
+        if n < RX_BATCH {
+            break;
+        }
+    }
+    Ok(total)
+}
+
+/// Receives in the calling (application) thread if the link is pollable and nobody else
+/// is receiving; returns the datagrams handled. Never waits.
+pub(crate) fn receive_if_free(dev: &Device) -> usize {
+    if !dev.link.pollable() {
+        return 0;
+    }
+    dev.app_polled_ns
+        .store(dev.clock.now_ns(), Ordering::Relaxed);
+    let Some(_receiver) = dev.rx_lock.try_lock() else {
+        return 0;
+    };
+    match receive_ready(dev) {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::debug!(device = %dev.config.name, error = %e, "receive failed");
+            0
+        }
+    }
+}
+
+/// See `EmuContext::wait_for_traffic`: a waiting application counts as polling (it will
+/// receive as soon as it wakes), so the engine keeps off the link meanwhile.
+pub(crate) fn wait_for_traffic(dev: &Device, timeout: Duration) -> bool {
+    if !dev.link.pollable() {
+        std::thread::sleep(timeout);
+        return false;
+    }
+    let timeout = timeout.min(Duration::from_nanos(APP_POLL_GRACE_NS / 2));
+    dev.app_polled_ns
+        .store(dev.clock.now_ns(), Ordering::Relaxed);
+    let ready = dev.link.wait_readable(timeout).unwrap_or(false);
+    dev.app_polled_ns
+        .store(dev.clock.now_ns(), Ordering::Relaxed);
+    ready
 }
 
 fn handle_datagram(dev: &Device, d: &InDatagram) {

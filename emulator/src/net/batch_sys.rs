@@ -19,35 +19,41 @@ pub const MAX_BATCH: usize = 64;
 
 /// Sends `datagrams` (bytes, destination) with as few sendmmsg calls as possible; returns
 /// how many the kernel took (a full socket buffer stops a call early, which is loss to a
-/// datagram protocol: the caller decides).
+/// datagram protocol: the caller decides). Allocates nothing: the headers live on the stack.
 pub fn send_batch(socket: &impl AsRawFd, datagrams: &[(&[u8], SocketAddr)]) -> io::Result<usize> {
     let mut sent = 0;
     for chunk in datagrams.chunks(MAX_BATCH) {
-        let addrs: Vec<SockAddr> = chunk.iter().map(|(_, a)| SockAddr::from(*a)).collect();
-        let mut iovs: Vec<libc::iovec> = chunk
-            .iter()
-            .map(|(b, _)| libc::iovec {
-                iov_base: b.as_ptr() as *mut libc::c_void,
-                iov_len: b.len(),
-            })
-            .collect();
-        let mut msgs: Vec<libc::mmsghdr> = Vec::with_capacity(chunk.len());
-        for (iov, addr) in iovs.iter_mut().zip(&addrs) {
-            // SAFETY: mmsghdr is plain old data; all-zero is a valid empty header.
-            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            m.msg_hdr.msg_name = addr.as_ptr() as *mut libc::c_void;
-            m.msg_hdr.msg_namelen = addr.len();
-            m.msg_hdr.msg_iov = iov as *mut libc::iovec;
-            m.msg_hdr.msg_iovlen = 1;
-            msgs.push(m);
+        // SAFETY: these are plain old data; all-zero is a valid value of each.
+        let mut addrs: [libc::sockaddr_storage; MAX_BATCH] = unsafe { std::mem::zeroed() };
+        let mut iovs: [libc::iovec; MAX_BATCH] = unsafe { std::mem::zeroed() };
+        let mut msgs: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
+        for (i, (bytes, dst)) in chunk.iter().enumerate() {
+            let sa = SockAddr::from(*dst);
+            // SAFETY: `sa` holds `sa.len()` valid bytes of a sockaddr, at most the size of
+            // sockaddr_storage; the two do not overlap.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    sa.as_ptr().cast::<u8>(),
+                    (&mut addrs[i] as *mut libc::sockaddr_storage).cast::<u8>(),
+                    sa.len() as usize,
+                )
+            };
+            iovs[i] = libc::iovec {
+                iov_base: bytes.as_ptr() as *mut libc::c_void,
+                iov_len: bytes.len(),
+            };
+            msgs[i].msg_hdr.msg_name = (&mut addrs[i] as *mut libc::sockaddr_storage).cast();
+            msgs[i].msg_hdr.msg_namelen = sa.len();
+            msgs[i].msg_hdr.msg_iov = &mut iovs[i] as *mut libc::iovec;
+            msgs[i].msg_hdr.msg_iovlen = 1;
         }
-        // SAFETY: every header points at an iovec and a sockaddr that live (in `iovs`,
-        // `addrs`, `chunk`) until the call returns; the count is the vector's length.
+        // SAFETY: the first `chunk.len()` headers point at iovecs and sockaddrs on this
+        // stack frame and at the caller's buffers, all alive until the call returns.
         let rc = unsafe {
             libc::sendmmsg(
                 socket.as_raw_fd(),
                 msgs.as_mut_ptr(),
-                msgs.len() as libc::c_uint,
+                chunk.len() as libc::c_uint,
                 0,
             )
         };
@@ -64,6 +70,31 @@ pub fn send_batch(socket: &impl AsRawFd, datagrams: &[(&[u8], SocketAddr)]) -> i
         }
     }
     Ok(sent)
+}
+
+/// Waits up to `timeout` until `socket` has something to receive, without receiving it;
+/// `Ok(false)` on timeout (or an interrupted wait).
+pub fn wait_readable(socket: &impl AsRawFd, timeout: std::time::Duration) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: socket.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // ppoll, not poll: waits shorter than a millisecond matter here.
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: one pollfd and one timespec, alive for the call; no signal mask.
+    let rc = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(e);
+    }
+    Ok(rc > 0)
 }
 
 /// Buffers for [`recv_batch`]: `count` slots of `slot_bytes` each, allocated once.
@@ -110,32 +141,51 @@ impl RecvSlots {
 /// reported at the slot size. `WouldBlock` / `TimedOut` when none came.
 pub fn recv_batch(socket: &impl AsRawFd, slots: &mut RecvSlots) -> io::Result<usize> {
     let n = slots.capacity();
+    recv_batch_flags(socket, slots, n, libc::MSG_WAITFORONE)
+}
+
+/// Like [`recv_batch`] but never waits, and takes at most `limit` datagrams: `WouldBlock`
+/// when nothing is there.
+pub fn recv_batch_now(
+    socket: &impl AsRawFd,
+    slots: &mut RecvSlots,
+    limit: usize,
+) -> io::Result<usize> {
+    recv_batch_flags(socket, slots, limit, libc::MSG_DONTWAIT)
+}
+
+fn recv_batch_flags(
+    socket: &impl AsRawFd,
+    slots: &mut RecvSlots,
+    limit: usize,
+    flags: libc::c_int,
+) -> io::Result<usize> {
+    let n = slots.capacity().min(limit).max(1);
     let slot = slots.slot_bytes;
-    let mut iovs: Vec<libc::iovec> = (0..n)
-        .map(|i| libc::iovec {
-            // SAFETY: in bounds of `data` (n slots of `slot` bytes).
-            iov_base: unsafe { slots.data.as_mut_ptr().add(i * slot) } as *mut libc::c_void,
+    // SAFETY: plain old data; all-zero is a valid value of each.
+    let mut iovs: [libc::iovec; MAX_BATCH] = unsafe { std::mem::zeroed() };
+    let mut msgs: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
+    let base = slots.data.as_mut_ptr();
+    for i in 0..n {
+        iovs[i] = libc::iovec {
+            // SAFETY: slot i lies inside `data` (n slots of `slot` bytes).
+            iov_base: unsafe { base.add(i * slot) }.cast(),
             iov_len: slot,
-        })
-        .collect();
-    let mut msgs: Vec<libc::mmsghdr> = Vec::with_capacity(n);
-    for (iov, addr) in iovs.iter_mut().zip(slots.addrs.iter_mut()) {
-        // SAFETY: mmsghdr is plain old data; all-zero is a valid empty header.
-        let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-        m.msg_hdr.msg_name = (addr as *mut libc::sockaddr_storage).cast();
-        m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        m.msg_hdr.msg_iov = iov as *mut libc::iovec;
-        m.msg_hdr.msg_iovlen = 1;
-        msgs.push(m);
+        };
+        msgs[i].msg_hdr.msg_name = (&mut slots.addrs[i] as *mut libc::sockaddr_storage).cast();
+        msgs[i].msg_hdr.msg_namelen =
+            std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        msgs[i].msg_hdr.msg_iov = &mut iovs[i] as *mut libc::iovec;
+        msgs[i].msg_hdr.msg_iovlen = 1;
     }
-    // SAFETY: every header points at a live iovec over `data` and a sockaddr_storage of the
-    // size given; MSG_WAITFORONE makes only the first datagram wait; no timeout pointer.
+    // SAFETY: the first n headers point at live iovecs over `data` and sockaddr_storages of
+    // the size given; no timeout pointer.
     let rc = unsafe {
         libc::recvmmsg(
             socket.as_raw_fd(),
             msgs.as_mut_ptr(),
             n as libc::c_uint,
-            libc::MSG_WAITFORONE,
+            flags,
             std::ptr::null_mut(),
         )
     };

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
 use parking_lot::Mutex;
 
 use super::{InDatagram, Link};
@@ -109,5 +109,30 @@ impl Link for ChannelLink {
             Err(RecvTimeoutError::Timeout) => Ok(None),
             Err(RecvTimeoutError::Disconnected) => Ok(None),
         }
+    }
+
+    fn pollable(&self) -> bool {
+        true
+    }
+
+    fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
+        if !self.rx.is_empty() {
+            return Ok(true);
+        }
+        let mut sel = Select::new();
+        sel.recv(&self.rx);
+        Ok(sel.ready_timeout(timeout).is_ok())
+    }
+
+    fn recv_ready(&self, max: usize, sink: &mut dyn FnMut(&InDatagram)) -> io::Result<usize> {
+        let mut n = 0;
+        while n < max {
+            match self.rx.try_recv() {
+                Ok(d) => sink(&d),
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+            n += 1;
+        }
+        Ok(n)
     }
 }

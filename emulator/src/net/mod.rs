@@ -60,4 +60,48 @@ pub trait Link: Send + Sync {
     }
     /// Waits up to `timeout` for one datagram. `Ok(None)` on timeout. Call in a loop.
     fn recv(&self, timeout: Duration) -> io::Result<Option<InDatagram>>;
+
+    /// Writes the ICRC of every packet and sends them, in order, with as few system calls as
+    /// the link can. Every packet is attempted; the first error is returned.
+    fn send_batch(&self, packets: &mut [OutPacket]) -> io::Result<()> {
+        let mut first = Ok(());
+        for p in packets {
+            if let Err(e) = self.send(p) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+
+    /// Whether [`Link::wait_readable`] and [`Link::recv_ready`] are real: waiting without
+    /// receiving, and receiving without waiting. Then the engine thread and polling
+    /// applications can share the receive path; a link answering `false` is only ever used
+    /// through [`Link::recv`] by the engine thread.
+    fn pollable(&self) -> bool {
+        false
+    }
+
+    /// Waits up to `timeout` until a datagram is there, without taking it; `Ok(false)` on
+    /// timeout. Only meaningful when [`Link::pollable`].
+    fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
+        let _ = timeout;
+        Ok(true)
+    }
+
+    /// Hands up to `max` datagrams that are already there to `sink`, in arrival order,
+    /// without waiting; returns how many. Call again while it returns `max`. The datagram
+    /// lent to `sink` is the link's own buffer, reused for the next one (no allocation).
+    fn recv_ready(&self, max: usize, sink: &mut dyn FnMut(&InDatagram)) -> io::Result<usize> {
+        let mut n = 0;
+        while n < max {
+            match self.recv(Duration::from_micros(1))? {
+                Some(d) => sink(&d),
+                None => break,
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
 }

@@ -1,26 +1,30 @@
-//! Adaptive back-off of polling loops: spin while completions are coming, then yield the
-//! CPU (the engine threads need it on a small machine), then sleep briefly, so an idle wait
-//! does not burn a core.
+//! Adaptive back-off of polling loops: spin while completions are coming, then block until
+//! traffic reaches the device (`Context::wait_for_traffic`: the kernel wakes the thread as
+//! it would a UDP receiver, and the next poll does the device's receive work in this
+//! thread), so an idle wait neither burns a core nor sleeps past the next packet.
 
 use std::time::Duration;
 
+use softverbs::Context;
+
 /// Empty polls that only spin.
 const SPIN_POLLS: u32 = 64;
-/// Empty polls that yield before sleeping.
-const YIELD_POLLS: u32 = 20_000;
-/// Sleep of a long-idle poller.
-const IDLE_SLEEP: Duration = Duration::from_micros(20);
+/// Longest wait for traffic in one back-off.
+const WAIT: Duration = Duration::from_micros(100);
 
 /// The state of one polling loop.
-#[derive(Default)]
 pub struct Backoff {
     idle: u32,
+    ctx: Context,
 }
 
 impl Backoff {
-    /// A fresh loop.
-    pub fn new() -> Backoff {
-        Backoff::default()
+    /// A fresh loop polling the CQs of `ctx`.
+    pub fn new(ctx: &Context) -> Backoff {
+        Backoff {
+            idle: 0,
+            ctx: ctx.clone(),
+        }
     }
 
     /// Something happened: spin again.
@@ -28,25 +32,13 @@ impl Backoff {
         self.idle = 0;
     }
 
-    /// Nothing happened: wait a little, more the longer nothing happens.
+    /// Nothing happened: spin a little, then wait for traffic.
     pub fn idle(&mut self) {
         self.idle = self.idle.saturating_add(1);
         if self.idle <= SPIN_POLLS {
             std::hint::spin_loop();
-        } else if self.idle <= YIELD_POLLS {
-            std::thread::yield_now();
         } else {
-            std::thread::sleep(IDLE_SLEEP);
-        }
-    }
-
-    /// Nothing happened, and latency matters: spin, then yield, never sleep.
-    pub fn idle_spin(&mut self) {
-        self.idle = self.idle.saturating_add(1);
-        if self.idle <= SPIN_POLLS {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
+            self.ctx.wait_for_traffic(WAIT);
         }
     }
 }

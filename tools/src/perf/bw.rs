@@ -146,7 +146,7 @@ pub fn client(
     let batch = s.post_list as u64;
     let cq_mod = s.cq_mod as u64;
     let mut progress = Progress::start(format!("{} {size} B", s.test.name()));
-    let mut backoff = Backoff::new();
+    let mut backoff = Backoff::new(&side.ctx);
     let mut completions = 0u64;
     let started = Instant::now();
     let deadline = s.duration.map(|d| started + d);
@@ -269,7 +269,7 @@ pub fn server_recv(side: &Side, size: usize, comm: &PerftestComm) -> VerbsResult
     let recv_len = side.max_size;
     let mut got = 0u64;
     let mut wcs = vec![WorkCompletion::default(); 64];
-    let mut backoff = Backoff::new();
+    let mut backoff = Backoff::new(&side.ctx);
     let mut next_check = Instant::now() + PEER_CHECK;
     let mut peer_done = false;
     let qp_index: std::collections::HashMap<u32, usize> = side

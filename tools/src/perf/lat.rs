@@ -105,7 +105,7 @@ impl Pinger<'_> {
 
     fn round_trip(&mut self, i: u64) -> VerbsResult<()> {
         let started = Instant::now();
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::new(&self.side.ctx);
         match self.verb {
             Verb::Write => {
                 let t = tag(i);
@@ -116,7 +116,7 @@ impl Pinger<'_> {
                 while last_byte(self.side, self.size)? != t {
                     let mut r = 0;
                     reap(self.side, &mut self.wcs, &mut r, self.size)?;
-                    backoff.idle_spin();
+                    backoff.idle();
                     if started.elapsed() > STUCK {
                         return Err(io(format!("no WRITE back for round trip {i}")));
                     }
@@ -134,7 +134,7 @@ impl Pinger<'_> {
                             .map_err(|e| e.error)?;
                     }
                     if self.recvs < want {
-                        backoff.idle_spin();
+                        backoff.idle();
                         if started.elapsed() > STUCK {
                             return Err(io(format!("no SEND back for round trip {i}")));
                         }
@@ -152,7 +152,7 @@ impl Pinger<'_> {
                         }
                         break;
                     }
-                    backoff.idle_spin();
+                    backoff.idle();
                     if started.elapsed() > STUCK {
                         return Err(io(format!("no completion for round trip {i}")));
                     }
@@ -236,7 +236,7 @@ pub fn server_write(side: &Side, size: usize, comm: &PerftestComm) -> VerbsResul
     let base = wr.send_flags;
     let mut wcs = vec![WorkCompletion::default(); 16];
     let mut i = 0u64;
-    let mut backoff = Backoff::new();
+    let mut backoff = Backoff::new(&side.ctx);
     let mut next_check = Instant::now() + PEER_CHECK;
     loop {
         let t = tag(i);
@@ -263,7 +263,7 @@ pub fn server_write(side: &Side, size: usize, comm: &PerftestComm) -> VerbsResul
                 return Ok(i);
             }
         }
-        backoff.idle_spin();
+        backoff.idle();
     }
 }
 
@@ -276,7 +276,7 @@ pub fn server_send(side: &Side, size: usize, comm: &PerftestComm) -> VerbsResult
     let mut wcs = vec![WorkCompletion::default(); 16];
     let mut answered = 0u64;
     let mut recvs = 0u64;
-    let mut backoff = Backoff::new();
+    let mut backoff = Backoff::new(&side.ctx);
     let mut next_check = Instant::now() + PEER_CHECK;
     loop {
         reap(side, &mut wcs, &mut recvs, size)?;
@@ -305,7 +305,7 @@ pub fn server_send(side: &Side, size: usize, comm: &PerftestComm) -> VerbsResult
                 return Ok(answered);
             }
         }
-        backoff.idle_spin();
+        backoff.idle();
     }
 }
 
