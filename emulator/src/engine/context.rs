@@ -223,7 +223,9 @@ impl Device {
                     self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(device = %self.config.name, error = %e, "send failed");
                 }
-                out.packets.clear();
+                for p in out.packets.drain(..) {
+                    crate::transport::packet_pool::give(p.bytes);
+                }
             }
         } else {
             // A port that is down sends nothing, like an unplugged cable: reliable QPs

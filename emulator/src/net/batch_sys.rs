@@ -17,6 +17,10 @@ use socket2::SockAddr;
 /// few dozen the gain is nil).
 pub const MAX_BATCH: usize = 64;
 
+/// Room for the control messages a receive may carry (UDP_GRO's int), in u64 words so that
+/// the buffer is aligned for `cmsghdr`.
+const CTRL_WORDS: usize = 8;
+
 /// Sends `datagrams` (bytes, destination) with as few sendmmsg calls as possible; returns
 /// how many the kernel took (a full socket buffer stops a call early, which is loss to a
 /// datagram protocol: the caller decides). Allocates nothing: the headers live on the stack.
@@ -102,6 +106,10 @@ pub struct RecvSlots {
     data: Vec<u8>,
     slot_bytes: usize,
     lens: Vec<usize>,
+    /// Control messages per slot (where UDP GRO reports its segment size).
+    ctrl: Vec<[u64; CTRL_WORDS]>,
+    /// Segment size of a slot holding GRO-coalesced datagrams, 0 for a plain datagram.
+    segs: Vec<usize>,
     addrs: Vec<libc::sockaddr_storage>,
     addr_lens: Vec<libc::socklen_t>,
 }
@@ -114,6 +122,8 @@ impl RecvSlots {
             data: vec![0; count * slot_bytes],
             slot_bytes,
             lens: vec![0; count],
+            ctrl: vec![[0; CTRL_WORDS]; count],
+            segs: vec![0; count],
             // SAFETY: sockaddr_storage is plain old data; zero is a valid value.
             addrs: vec![unsafe { std::mem::zeroed() }; count],
             addr_lens: vec![0; count],
@@ -123,6 +133,12 @@ impl RecvSlots {
     /// Number of slots.
     pub fn capacity(&self) -> usize {
         self.lens.len()
+    }
+
+    /// The GRO segment size of slot `i` of the last receive: its bytes are datagrams of
+    /// this size back to back (the last may be shorter); 0 when it holds one datagram.
+    pub fn segment_bytes(&self, i: usize) -> usize {
+        self.segs[i]
     }
 
     /// Datagram `i` of the last [`recv_batch`]: its bytes and its sender.
@@ -177,9 +193,11 @@ fn recv_batch_flags(
             std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
         msgs[i].msg_hdr.msg_iov = &mut iovs[i] as *mut libc::iovec;
         msgs[i].msg_hdr.msg_iovlen = 1;
+        msgs[i].msg_hdr.msg_control = slots.ctrl[i].as_mut_ptr().cast();
+        msgs[i].msg_hdr.msg_controllen = std::mem::size_of::<[u64; CTRL_WORDS]>() as _;
     }
-    // SAFETY: the first n headers point at live iovecs over `data` and sockaddr_storages of
-    // the size given; no timeout pointer.
+    // SAFETY: the first n headers point at live iovecs over `data`, sockaddr_storages and
+    // control buffers of the sizes given; no timeout pointer.
     let rc = unsafe {
         libc::recvmmsg(
             socket.as_raw_fd(),
@@ -196,8 +214,72 @@ fn recv_batch_flags(
     for (i, m) in msgs.iter().take(got).enumerate() {
         slots.lens[i] = (m.msg_len as usize).min(slot);
         slots.addr_lens[i] = m.msg_hdr.msg_namelen;
+        slots.segs[i] = gro_segment(&m.msg_hdr);
     }
     Ok(got)
+}
+
+/// The UDP_GRO segment size a received message reports, 0 if none.
+fn gro_segment(hdr: &libc::msghdr) -> usize {
+    // SAFETY: `hdr` is a header the kernel filled, its control pointer and length describe
+    // our control buffer; the CMSG macros walk only within it.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(hdr);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
+                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                return v.max(0) as usize;
+            }
+            c = libc::CMSG_NXTHDR(hdr, c);
+        }
+    }
+    0
+}
+
+/// Sends `segments` (each exactly `segments[0].len()` bytes but the last, which may be
+/// shorter) to `dst` as ONE UDP GSO send: the kernel cuts them apart again (or, towards a
+/// GRO socket on this host, delivers them in one piece). Errors are the kernel's; a
+/// kernel without UDP GSO answers EINVAL, ENOPROTOOPT or EIO, and the caller falls back.
+pub fn send_gso(socket: &impl AsRawFd, segments: &[&[u8]], dst: SocketAddr) -> io::Result<()> {
+    if segments.is_empty() || segments.len() > MAX_BATCH {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    let seg = segments[0].len() as u16;
+    // SAFETY: plain old data; all-zero is a valid value.
+    let mut iovs: [libc::iovec; MAX_BATCH] = unsafe { std::mem::zeroed() };
+    for (iov, s) in iovs.iter_mut().zip(segments) {
+        *iov = libc::iovec {
+            iov_base: s.as_ptr() as *mut libc::c_void,
+            iov_len: s.len(),
+        };
+    }
+    let sa = SockAddr::from(dst);
+    let mut ctrl = [0u64; CTRL_WORDS];
+    // SAFETY: plain old data; all-zero is a valid value.
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    hdr.msg_name = sa.as_ptr() as *mut libc::c_void;
+    hdr.msg_namelen = sa.len();
+    hdr.msg_iov = iovs.as_mut_ptr();
+    hdr.msg_iovlen = segments.len() as _;
+    hdr.msg_control = ctrl.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is arithmetic on the payload size.
+    hdr.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as _;
+    // SAFETY: the control buffer is 64 aligned bytes, more than CMSG_SPACE(2); the header
+    // written and the u16 after it lie inside it.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&hdr);
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = libc::UDP_SEGMENT;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+    }
+    // SAFETY: the header points at the sockaddr, iovecs and control buffer above and the
+    // caller's segments, all alive for the call.
+    let rc = unsafe { libc::sendmsg(socket.as_raw_fd(), &hdr, 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Turns on UDP GSO for every send of `socket`: a send of more than `segment_bytes` leaves
@@ -267,5 +349,36 @@ mod tests {
             }
         }
         assert_eq!(seen, bufs);
+    }
+
+    #[test]
+    fn a_gso_send_arrives_as_its_datagrams() {
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+        b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let gro = set_udp_gro(&b, true).is_ok();
+        let segs: Vec<Vec<u8>> = (0..5u8)
+            .map(|i| vec![i; if i == 4 { 300 } else { 1000 }])
+            .collect();
+        let list: Vec<&[u8]> = segs.iter().map(|s| s.as_slice()).collect();
+        if send_gso(&a, &list, b.local_addr().unwrap()).is_err() {
+            return; // no UDP GSO in this kernel: the link falls back to sendmmsg
+        }
+        let mut slots = RecvSlots::new(8, 65536);
+        let mut seen = Vec::new();
+        while seen.len() < 5 {
+            let n = recv_batch(&b, &mut slots).unwrap();
+            for i in 0..n {
+                let (bytes, _) = slots.get(i);
+                let seg = slots.segment_bytes(i);
+                if seg == 0 {
+                    seen.push(bytes.to_vec());
+                } else {
+                    assert!(gro);
+                    seen.extend(bytes.chunks(seg).map(|c| c.to_vec()));
+                }
+            }
+        }
+        assert_eq!(seen, segs);
     }
 }

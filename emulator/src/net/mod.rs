@@ -90,9 +90,10 @@ pub trait Link: Send + Sync {
         Ok(true)
     }
 
-    /// Hands up to `max` datagrams that are already there to `sink`, in arrival order,
-    /// without waiting; returns how many. Call again while it returns `max`. The datagram
-    /// lent to `sink` is the link's own buffer, reused for the next one (no allocation).
+    /// Hands datagrams that are already there to `sink`, in arrival order, without waiting,
+    /// from up to `max` receives (one receive may carry a run of datagrams the kernel
+    /// coalesced, see `udp`); returns the receives. Call again while it returns `max`. The
+    /// datagram lent to `sink` is the link's own buffer, reused for the next one.
     fn recv_ready(&self, max: usize, sink: &mut dyn FnMut(&InDatagram)) -> io::Result<usize> {
         let mut n = 0;
         while n < max {

@@ -9,9 +9,20 @@
 //!
 //! Receiving: a UDP socket does not report the sender's IP identification, which the ICRC
 //! covers; the engine solves for it (`wire::solve_ipv4_identification`).
+//!
+//! Batching: the socket is non-blocking; waits are poll(2), receives recvmmsg batches into
+//! buffers allocated once, and the packets of one transport call leave in one sendmmsg.
+//! Towards loopback addresses, runs of equal-sized packets to one destination (the middle
+//! and last packets of a message) leave as one UDP GSO send, and the socket asks for GRO,
+//! so that such a run crosses the kernel as one buffer; receives split it again. Loopback
+//! only, because the kernel numbers the IPv4 identification of GSO segments 0, 1, 2 ...
+//! while each packet's ICRC covers identification 0: a softverbs receiver never sees the
+//! IP header (it assumes 0 for port-4791 senders), a kernel rxe on a wire would. Without
+//! GSO in the kernel the first refused send turns it off and sendmmsg carries everything.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -26,6 +37,14 @@ use crate::wire::{write_icrc, IcrcContext, IpHeaderInfo};
 const IPV4_DF: u16 = 0x4000;
 /// Socket buffer size asked for: bursts of a 128-packet window of 4 KiB packets fit.
 const SOCKET_BUFFER_BYTES: usize = 8 << 20;
+/// Environment variable: `0` turns UDP GSO / GRO off.
+pub const GSO_ENV: &str = "SOFTVERBS_UDP_GSO";
+/// Largest UDP payload of one GSO send (what fits an IPv4 datagram).
+const GSO_MAX_BYTES: usize = 65_507;
+/// Receive buffer of one GRO slot: the largest coalesced run.
+const GRO_SLOT_BYTES: usize = 65_536;
+/// Receive slots when GRO is on (each 64 KiB).
+const GRO_SLOTS: usize = 16;
 
 /// A UDP socket link.
 ///
@@ -36,11 +55,15 @@ pub struct UdpLink {
     local: SocketAddr,
     /// Receive buffers and the datagram lent to receivers (one receiver at a time).
     rx: Mutex<RxBuffers>,
+    /// UDP GSO is used for loopback destinations (cleared when the kernel refuses it).
+    gso: AtomicBool,
 }
 
 struct RxBuffers {
     slots: RecvSlots,
     scratch: InDatagram,
+    /// Datagrams of a GRO run that [`Link::recv`] (one at a time) has not returned yet.
+    backlog: std::collections::VecDeque<InDatagram>,
 }
 
 impl UdpLink {
@@ -64,18 +87,29 @@ impl UdpLink {
             .as_socket()
             .ok_or_else(|| io::Error::other("bound socket has no IP address"))?;
         socket.set_nonblocking(true)?;
+        // SOFTVERBS_UDP_GSO=0 turns GSO and GRO off (to compare, or for a peer that
+        // needs plain datagrams).
+        let wanted = std::env::var(GSO_ENV).map_or(true, |v| v != "0");
+        let gro = wanted && batch_sys::set_udp_gro(&socket, true).is_ok();
+        let slots = if gro {
+            RecvSlots::new(GRO_SLOTS, GRO_SLOT_BYTES)
+        } else {
+            RecvSlots::new(MAX_BATCH, MAX_DATAGRAM_BYTES)
+        };
         // socket2 for the options, std for safe I/O into initialised buffers.
         Ok(UdpLink {
             socket: socket.into(),
             local,
+            gso: AtomicBool::new(gro),
             rx: Mutex::new(RxBuffers {
-                slots: RecvSlots::new(MAX_BATCH, MAX_DATAGRAM_BYTES),
+                slots,
                 scratch: InDatagram {
                     src: local,
                     dst: local,
                     payload: Vec::with_capacity(MAX_DATAGRAM_BYTES),
                     ipv4_identification: None,
                 },
+                backlog: std::collections::VecDeque::new(),
             }),
         })
     }
@@ -107,6 +141,74 @@ impl UdpLink {
     }
 }
 
+impl UdpLink {
+    /// Sends `list` with sendmmsg; datagrams the kernel refuses for lack of buffer space are
+    /// lost (the transport retransmits), other errors are returned after the rest went out.
+    fn flush(&self, list: &[(&[u8], SocketAddr)]) -> io::Result<()> {
+        let mut first = Ok(());
+        let mut done = 0;
+        while done < list.len() {
+            match batch_sys::send_batch(&self.socket, &list[done..]) {
+                Ok(k) => done += k.max(1),
+                Err(e) if is_loss(&e) => done += 1,
+                Err(e) => {
+                    if first.is_ok() {
+                        first = Err(e);
+                    }
+                    done += 1;
+                }
+            }
+        }
+        first
+    }
+}
+
+fn dst_of(p: &OutPacket) -> SocketAddr {
+    SocketAddr::new(p.dst_ip, p.udp_dst_port)
+}
+
+/// A send error that is just a lost datagram: a full socket buffer, or no buffer memory.
+fn is_loss(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS)
+}
+
+/// The errors of a kernel (or route) without UDP GSO.
+fn gso_unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL | libc::ENOPROTOOPT | libc::EIO | libc::EOPNOTSUPP)
+    )
+}
+
+/// How many packets from the start of `packets` can leave as one GSO send: same loopback
+/// destination, all the size of the first except the last (no larger), at most
+/// [`MAX_BATCH`] and [`GSO_MAX_BYTES`] in all. 1 means send it alone.
+fn gso_run(packets: &[OutPacket]) -> usize {
+    let Some(head) = packets.first() else {
+        return 0;
+    };
+    if !head.dst_ip.is_loopback() {
+        return 1;
+    }
+    let seg = head.bytes.len();
+    let dst = dst_of(head);
+    let mut n = 1;
+    let mut total = seg;
+    while n < packets.len() && n < MAX_BATCH {
+        let p = &packets[n];
+        let len = p.bytes.len();
+        if dst_of(p) != dst || len > seg || total + len > GSO_MAX_BYTES {
+            break;
+        }
+        n += 1;
+        total += len;
+        if len < seg {
+            break; // a shorter one can only end the run
+        }
+    }
+    n
+}
+
 impl Link for UdpLink {
     fn local_addr(&self) -> SocketAddr {
         self.local
@@ -130,41 +232,75 @@ impl Link for UdpLink {
     }
 
     fn recv(&self, timeout: Duration) -> io::Result<Option<InDatagram>> {
-        let mut got = None;
-        if self.wait_readable(timeout)? {
-            self.recv_ready(1, &mut |d| got = Some(d.clone()))?;
+        if let Some(d) = self.rx.lock().backlog.pop_front() {
+            return Ok(Some(d));
         }
-        Ok(got)
+        if self.wait_readable(timeout)? {
+            // One receive may bring a GRO run: keep what is not returned now.
+            let mut got = Vec::new();
+            self.recv_ready(1, &mut |d| got.push(d.clone()))?;
+            let mut rx = self.rx.lock();
+            rx.backlog.extend(got);
+            return Ok(rx.backlog.pop_front());
+        }
+        Ok(None)
     }
 
     fn send_batch(&self, packets: &mut [OutPacket]) -> io::Result<()> {
+        for p in packets.iter_mut() {
+            self.finalize(p)?;
+        }
         let mut first = Ok(());
-        for chunk in packets.chunks_mut(MAX_BATCH) {
-            let mut list: [(&[u8], SocketAddr); MAX_BATCH] = [(&[][..], self.local); MAX_BATCH];
-            for p in chunk.iter_mut() {
-                self.finalize(p)?;
-            }
-            for (slot, p) in list.iter_mut().zip(chunk.iter()) {
-                *slot = (&p.bytes[..], SocketAddr::new(p.dst_ip, p.udp_dst_port));
-            }
-            let n = chunk.len();
-            let mut done = 0;
-            while done < n {
-                match batch_sys::send_batch(&self.socket, &list[done..n]) {
-                    Ok(k) => done += k.max(1),
-                    // A full socket buffer or no buffer memory is loss, as in send_raw: skip
-                    // the datagram the kernel refused.
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => done += 1,
-                    Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => done += 1,
-                    Err(e) => {
-                        if first.is_ok() {
-                            first = Err(e);
-                        }
-                        done += 1;
-                    }
+        let mut note = |r: io::Result<()>| {
+            if let Err(e) = r {
+                if first.is_ok() {
+                    first = Err(e);
                 }
             }
+        };
+        // Packets not in a GSO run wait here and leave together, in order.
+        let mut pending: [(&[u8], SocketAddr); MAX_BATCH] = [(&[][..], self.local); MAX_BATCH];
+        let mut n_pending = 0;
+        let mut i = 0;
+        while i < packets.len() {
+            let run = if self.gso.load(Ordering::Relaxed) {
+                gso_run(&packets[i..])
+            } else {
+                1
+            };
+            if run > 1 {
+                note(self.flush(&pending[..n_pending]));
+                n_pending = 0;
+                let dst = dst_of(&packets[i]);
+                let mut segs: [&[u8]; MAX_BATCH] = [&[][..]; MAX_BATCH];
+                for (slot, p) in segs.iter_mut().zip(&packets[i..i + run]) {
+                    *slot = &p.bytes;
+                }
+                match batch_sys::send_gso(&self.socket, &segs[..run], dst) {
+                    Ok(()) => {}
+                    Err(e) if is_loss(&e) => {}
+                    Err(e) if gso_unsupported(&e) => {
+                        // No GSO here: say so once and send this run the plain way.
+                        self.gso.store(false, Ordering::Relaxed);
+                        tracing::debug!(error = %e, "UDP GSO refused; using sendmmsg");
+                        let list: Vec<(&[u8], SocketAddr)> =
+                            segs[..run].iter().map(|s| (*s, dst)).collect();
+                        note(self.flush(&list));
+                    }
+                    Err(e) => note(Err(e)),
+                }
+                i += run;
+                continue;
+            }
+            if n_pending == MAX_BATCH {
+                note(self.flush(&pending[..n_pending]));
+                n_pending = 0;
+            }
+            pending[n_pending] = (&packets[i].bytes[..], dst_of(&packets[i]));
+            n_pending += 1;
+            i += 1;
         }
+        note(self.flush(&pending[..n_pending]));
         first
     }
 
@@ -178,8 +314,16 @@ impl Link for UdpLink {
 
     fn recv_ready(&self, max: usize, sink: &mut dyn FnMut(&InDatagram)) -> io::Result<usize> {
         let mut rx = self.rx.lock();
-        let RxBuffers { slots, scratch } = &mut *rx;
+        let RxBuffers {
+            slots,
+            scratch,
+            backlog,
+        } = &mut *rx;
         let mut total = 0;
+        while let Some(d) = backlog.pop_front() {
+            sink(&d);
+            total += 1;
+        }
         while total < max {
             let want = (max - total).min(slots.capacity());
             let n = match batch_sys::recv_batch_now(&self.socket, slots, want) {
@@ -200,9 +344,16 @@ impl Link for UdpLink {
                 let (bytes, src) = slots.get(i);
                 let Some(src) = src else { continue };
                 scratch.src = src;
-                scratch.payload.clear();
-                scratch.payload.extend_from_slice(bytes);
-                sink(scratch);
+                // A GRO slot holds a run of datagrams of `seg` bytes: hand them one by one.
+                let seg = match slots.segment_bytes(i) {
+                    0 => bytes.len().max(1),
+                    seg => seg,
+                };
+                for datagram in bytes.chunks(seg) {
+                    scratch.payload.clear();
+                    scratch.payload.extend_from_slice(datagram);
+                    sink(scratch);
+                }
             }
             total += n;
             if n < want {

@@ -104,7 +104,7 @@ impl OutPacket {
         path: &crate::transport::PathInfo,
         repr: &crate::wire::RoceRepr<'_>,
     ) -> Option<Self> {
-        let mut bytes = vec![0u8; repr.buffer_len()];
+        let mut bytes = super::packet_pool::take(repr.buffer_len());
         repr.emit(&mut bytes).ok()?;
         Some(OutPacket {
             dst_ip: path.dst_ip,
