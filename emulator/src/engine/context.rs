@@ -105,9 +105,10 @@ pub struct Device {
     /// engine thread, or an application polling an empty CQ): one receiver at a time keeps
     /// the arrival order.
     pub(crate) rx_lock: Mutex<()>,
-    /// When (device clock) an application last polled an empty CQ and so received for the
-    /// engine: while that is recent the engine thread stays off the link (see worker).
-    pub(crate) app_polled_ns: AtomicU64,
+    /// Bumped whenever an application polls an empty CQ (and so receives for the engine):
+    /// while it keeps changing, the engine thread stays off the link (see worker). A counter,
+    /// not a time: polling must not cost a clock read.
+    pub(crate) app_polls: AtomicU64,
     pds: Mutex<HashMap<u32, ()>>,
     cqs: RwLock<HashMap<u32, Arc<CompletionQueue>>>,
     pub(crate) qps: RwLock<HashMap<u32, Arc<QpEntry>>>,
@@ -136,7 +137,7 @@ impl Device {
             deadline_hint_ns: AtomicU64::new(u64::MAX),
             counters: DeviceCounters::default(),
             rx_lock: Mutex::new(()),
-            app_polled_ns: AtomicU64::new(0),
+            app_polls: AtomicU64::new(0),
             pds: Mutex::new(HashMap::new()),
             cqs: RwLock::new(HashMap::new()),
             qps: RwLock::new(HashMap::new()),

@@ -23,14 +23,15 @@ const RX_BATCH: usize = 64;
 /// Receive calls per wake-up before deadlines are looked at again.
 const RX_ROUNDS: usize = 8;
 
-/// How long after an application's last busy poll the engine thread leaves the link to it.
-/// Within it the engine only naps ([`APP_POLL_NAP`]) and fires timers: on a small machine a
-/// woken engine thread would take the CPU from the very thread that is doing its work.
-/// After it (the application went to sleep) the engine waits on the link again, so the
-/// responder still progresses without the application.
-const APP_POLL_GRACE_NS: u64 = 200_000;
-/// The engine's nap while an application polls.
+/// The engine's nap while an application polls. When an application polled during the
+/// engine's last nap or wait, the engine leaves the link to it and only naps and fires
+/// timers: on a small machine a woken engine thread would take the CPU from the very thread
+/// that is doing its work. Once a nap passes without a poll (the application went to sleep)
+/// the engine waits on the link again, so the responder progresses without the application.
 const APP_POLL_NAP: Duration = Duration::from_micros(100);
+/// Longest wait of [`wait_for_traffic`]: well under a nap, so that a waiting application
+/// keeps counting as polling.
+const APP_WAIT_MAX: Duration = Duration::from_micros(50);
 
 /// TTL of the IP packets our UDP sockets send (the Linux default).
 const DEFAULT_HOP_LIMIT: u8 = 64;
@@ -38,13 +39,15 @@ const DEFAULT_HOP_LIMIT: u8 = 64;
 /// The thread body; returns when the device shuts down.
 pub(crate) fn run(dev: &Arc<Device>) {
     let mut next_deadline_ns = u64::MAX;
+    let mut seen_polls = dev.app_polls.load(Ordering::Relaxed);
     while !dev.shutdown.load(Ordering::Acquire) {
         let now = dev.clock.now_ns();
         let hint = dev.deadline_hint_ns.swap(u64::MAX, Ordering::AcqRel);
         next_deadline_ns = next_deadline_ns.min(hint);
         let sleep = Duration::from_nanos(next_deadline_ns.saturating_sub(now)).min(MAX_SLEEP);
-        let app_polling =
-            now.saturating_sub(dev.app_polled_ns.load(Ordering::Relaxed)) < APP_POLL_GRACE_NS;
+        let polls = dev.app_polls.load(Ordering::Relaxed);
+        let app_polling = polls != seen_polls;
+        seen_polls = polls;
         let received = if dev.link.pollable() && app_polling {
             std::thread::sleep(sleep.min(APP_POLL_NAP));
             Ok(0)
@@ -98,8 +101,7 @@ pub(crate) fn receive_if_free(dev: &Device) -> usize {
     if !dev.link.pollable() {
         return 0;
     }
-    dev.app_polled_ns
-        .store(dev.clock.now_ns(), Ordering::Relaxed);
+    note_app_poll(dev);
     let Some(_receiver) = dev.rx_lock.try_lock() else {
         return 0;
     };
@@ -119,13 +121,20 @@ pub(crate) fn wait_for_traffic(dev: &Device, timeout: Duration) -> bool {
         std::thread::sleep(timeout);
         return false;
     }
-    let timeout = timeout.min(Duration::from_nanos(APP_POLL_GRACE_NS / 2));
-    dev.app_polled_ns
-        .store(dev.clock.now_ns(), Ordering::Relaxed);
-    let ready = dev.link.wait_readable(timeout).unwrap_or(false);
-    dev.app_polled_ns
-        .store(dev.clock.now_ns(), Ordering::Relaxed);
+    note_app_poll(dev);
+    let ready = dev
+        .link
+        .wait_readable(timeout.min(APP_WAIT_MAX))
+        .unwrap_or(false);
+    note_app_poll(dev);
     ready
+}
+
+/// Tells the engine thread an application is polling (any change of the counter will do,
+/// so a racy load-and-store is enough and cheaper than an atomic add).
+fn note_app_poll(dev: &Device) {
+    let n = dev.app_polls.load(Ordering::Relaxed);
+    dev.app_polls.store(n.wrapping_add(1), Ordering::Relaxed);
 }
 
 fn handle_datagram(dev: &Device, d: &InDatagram) {

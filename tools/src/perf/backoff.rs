@@ -8,7 +8,7 @@ use std::time::Duration;
 use softverbs::Context;
 
 /// Empty polls that only spin.
-const SPIN_POLLS: u32 = 64;
+const SPIN_POLLS: u32 = 4;
 /// Longest wait for traffic in one back-off.
 const WAIT: Duration = Duration::from_micros(100);
 

@@ -225,16 +225,16 @@ pub fn client(
         if stopping && (0..nq).all(|q| done[q] == limit[q] && posted[q] == limit[q]) {
             break;
         }
-        progress.tick(
-            now,
-            total_done,
-            total_goal,
-            s.duration,
-            &format!(
-                "{:.1} MB/s",
-                total_done as f64 * size as f64 / (now - started).as_secs_f64() / 1e6
-            ),
-        );
+        if progress.due(now) {
+            let mbs = total_done as f64 * size as f64 / (now - started).as_secs_f64() / 1e6;
+            progress.tick(
+                now,
+                total_done,
+                total_goal,
+                s.duration,
+                &format!("{mbs:.1} MB/s"),
+            );
+        }
         if progressed {
             backoff.reset();
         } else {

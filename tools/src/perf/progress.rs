@@ -31,6 +31,11 @@ impl Progress {
         }
     }
 
+    /// Whether a progress line is due at `now` (cheap; call before formatting a rate).
+    pub fn due(&self, now: Instant) -> bool {
+        now >= self.next
+    }
+
     /// Reports `done` of `total` (`None` when the run is by time, with `limit`), with a rate
     /// figure; cheap when nothing is due. Call as often as convenient.
     pub fn tick(
