@@ -96,11 +96,12 @@ pub fn run(s: &Settings) -> VerbsResult<()> {
         Role::Client(addr) => {
             let device = s.device.clone().unwrap_or_else(|| "softrxe1".into());
             let comm = oob::connect(*addr)?;
-            let rows = drive(s, &device, comm)?;
-            print_client(s, &device, "udp, two processes", &rows, &[], None);
+            let (rows, _) = drive(s, &device, comm)?;
+            print_client(s, &device, "udp, two processes", &rows, &[], None, Memory::default());
             Ok(())
         }
         Role::Loopback => {
+            let before = rss_bytes();
             let (server_dev, client_dev) = match s.link {
                 LinkKind::Udp => listed_devices()?,
                 LinkKind::Inproc => inproc_devices()?,
@@ -125,8 +126,9 @@ pub fn run(s: &Settings) -> VerbsResult<()> {
             let served = server
                 .join()
                 .map_err(|_| VerbsError::inval("the server thread panicked"))?;
-            let rows = client?;
+            let (rows, connected) = client?;
             let served = served?;
+            let memory = Memory { before, connected };
             let baselines = if s.baseline {
                 baselines(s)?
             } else {
@@ -136,7 +138,7 @@ pub fn run(s: &Settings) -> VerbsResult<()> {
                 LinkKind::Udp => "udp",
                 LinkKind::Inproc => "inproc",
             };
-            print_client(s, &client_dev, link, &rows, &served, Some(&baselines));
+            print_client(s, &client_dev, link, &rows, &served, Some(&baselines), memory);
             Ok(())
         }
     }
@@ -233,9 +235,11 @@ fn serve(s: &Settings, device: &str, mut comm: PerftestComm) -> VerbsResult<Vec<
 }
 
 /// The client: runs each size and reports it to the server.
-fn drive(s: &Settings, device: &str, mut comm: PerftestComm) -> VerbsResult<Vec<Row>> {
+fn drive(s: &Settings, device: &str, mut comm: PerftestComm) -> VerbsResult<(Vec<Row>, Option<u64>)> {
     let verb = s.test.verb().ok_or_else(|| VerbsError::inval("no verb"))?;
     let side = connect_side(s, device, &mut comm)?;
+    // Both sides are connected (the barrier is behind us) and idle: what they hold now.
+    let rss_connected = rss_bytes();
     let me = side.keys()?[0];
     let peer = side.peer.clone();
     let mut rows = Vec::new();
@@ -263,7 +267,23 @@ fn drive(s: &Settings, device: &str, mut comm: PerftestComm) -> VerbsResult<Vec<
         rows.push(row);
     }
     comm.close(&me)?;
-    Ok(rows)
+    Ok((rows, rss_connected))
+}
+
+/// Resident memory of this process (VmRSS), if /proc says.
+fn rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Process memory around connecting: before anything was opened, and with every QP of
+/// both sides connected and idle (the one-process mode).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Memory {
+    before: Option<u64>,
+    connected: Option<u64>,
 }
 
 /// The UDP baseline of every size of the run.
@@ -354,7 +374,9 @@ fn print_client(
     rows: &[Row],
     served: &[ServerRow],
     baselines: Option<&[Baseline]>,
+    memory: Memory,
 ) {
+    let opt = |x: Option<u64>| x.map_or("null".to_string(), |v| v.to_string());
     let with_ratio = baselines.is_some_and(|b| !b.is_empty());
     let base_of = |i: usize| baselines.and_then(|b| b.get(i));
     let server_verified = |i: usize| served.get(i).map_or(0, |r| r.verified_bytes);
@@ -383,7 +405,7 @@ fn print_client(
         println!(
             "{{\"test\":{},\"device\":{},\"link\":{},\"qps\":{},\"mtu\":{},\"tx_depth\":{},\
              \"post_list\":{},\"cq_mod\":{},\"inline\":{},\"cpus\":{},\"results\":[{}],\
-             \"baseline\":[{}]}}",
+             \"baseline\":[{}],\"rss_before_bytes\":{},\"rss_connected_bytes\":{}}}",
             report::json_str(s.test.name()),
             report::json_str(device),
             report::json_str(link),
@@ -395,7 +417,9 @@ fn print_client(
             s.inline_size,
             cpus(),
             items.join(","),
-            bases.join(",")
+            bases.join(","),
+            opt(memory.before),
+            opt(memory.connected)
         );
         return;
     }
@@ -435,6 +459,14 @@ fn print_client(
         " on both sides"
     };
     println!("    verified{by}: {verified} bytes, every completion successful");
+    if let (Some(b), Some(c)) = (memory.before, memory.connected) {
+        println!(
+            "    memory: process RSS {:.1} MiB before opening, {:.1} MiB with {} connected idle QP pair(s)",
+            b as f64 / (1 << 20) as f64,
+            c as f64 / (1 << 20) as f64,
+            s.qps
+        );
+    }
 }
 
 fn print_server(s: &Settings, device: &str, rows: &[ServerRow]) {
