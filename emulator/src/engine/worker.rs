@@ -122,6 +122,13 @@ pub(crate) fn wait_for_traffic(dev: &Device, timeout: Duration) -> bool {
         return false;
     }
     note_app_poll(dev);
+    // The engine thread is handing datagrams to QPs right now (it took them off the link
+    // before this thread could): what this thread waits for may be among them. Wait for it
+    // to finish rather than for the link, which it has just emptied.
+    if dev.rx_lock.is_locked() {
+        drop(dev.rx_lock.lock());
+        return true;
+    }
     let ready = dev
         .link
         .wait_readable(timeout.min(APP_WAIT_MAX))

@@ -32,13 +32,14 @@ impl Backoff {
         self.idle = 0;
     }
 
-    /// Nothing happened: spin a little, then wait for traffic.
+    /// Nothing happened: spin a little, then wait for traffic. Traffic that wakes the wait
+    /// starts a new spin: what follows a packet (the answer after an ACK) tends to come soon.
     pub fn idle(&mut self) {
         self.idle = self.idle.saturating_add(1);
         if self.idle <= SPIN_POLLS {
             std::hint::spin_loop();
-        } else {
-            self.ctx.wait_for_traffic(WAIT);
+        } else if self.ctx.wait_for_traffic(WAIT) {
+            self.idle = 0;
         }
     }
 }

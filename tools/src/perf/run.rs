@@ -97,7 +97,15 @@ pub fn run(s: &Settings) -> VerbsResult<()> {
             let device = s.device.clone().unwrap_or_else(|| "softrxe1".into());
             let comm = oob::connect(*addr)?;
             let (rows, _) = drive(s, &device, comm)?;
-            print_client(s, &device, "udp, two processes", &rows, &[], None, Memory::default());
+            print_client(
+                s,
+                &device,
+                "udp, two processes",
+                &rows,
+                &[],
+                None,
+                Memory::default(),
+            );
             Ok(())
         }
         Role::Loopback => {
@@ -138,7 +146,15 @@ pub fn run(s: &Settings) -> VerbsResult<()> {
                 LinkKind::Udp => "udp",
                 LinkKind::Inproc => "inproc",
             };
-            print_client(s, &client_dev, link, &rows, &served, Some(&baselines), memory);
+            print_client(
+                s,
+                &client_dev,
+                link,
+                &rows,
+                &served,
+                Some(&baselines),
+                memory,
+            );
             Ok(())
         }
     }
@@ -235,7 +251,11 @@ fn serve(s: &Settings, device: &str, mut comm: PerftestComm) -> VerbsResult<Vec<
 }
 
 /// The client: runs each size and reports it to the server.
-fn drive(s: &Settings, device: &str, mut comm: PerftestComm) -> VerbsResult<(Vec<Row>, Option<u64>)> {
+fn drive(
+    s: &Settings,
+    device: &str,
+    mut comm: PerftestComm,
+) -> VerbsResult<(Vec<Row>, Option<u64>)> {
     let verb = s.test.verb().ok_or_else(|| VerbsError::inval("no verb"))?;
     let side = connect_side(s, device, &mut comm)?;
     // Both sides are connected (the barrier is behind us) and idle: what they hold now.
