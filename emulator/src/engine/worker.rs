@@ -10,7 +10,7 @@ use softverbs_api::QpType;
 
 use super::context::Device;
 use crate::net::icrc_check::{icrc_ok, ipv4_identification};
-use crate::net::InDatagram;
+use crate::net::DatagramView;
 use crate::transport::NetHeader;
 use crate::wire::RoceRepr;
 
@@ -63,7 +63,7 @@ pub(crate) fn run(dev: &Arc<Device>) {
         } else {
             dev.link.recv(sleep).map(|got| match got {
                 Some(datagram) => {
-                    handle_datagram(dev, &datagram);
+                    handle_datagram(dev, datagram.view());
                     1
                 }
                 None => 0,
@@ -144,7 +144,7 @@ fn note_app_poll(dev: &Device) {
     dev.app_polls.store(n.wrapping_add(1), Ordering::Relaxed);
 }
 
-fn handle_datagram(dev: &Device, d: &InDatagram) {
+fn handle_datagram(dev: &Device, d: DatagramView<'_>) {
     if !dev.port_active() {
         // Nothing arrives through a port that is down.
         dev.counters.port_down_drops.fetch_add(1, Ordering::Relaxed);
@@ -154,7 +154,7 @@ fn handle_datagram(dev: &Device, d: &InDatagram) {
         dev.counters.icrc_errors.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    let Ok((repr, _icrc)) = RoceRepr::parse(&d.payload) else {
+    let Ok((repr, _icrc)) = RoceRepr::parse(d.payload) else {
         dev.counters.malformed.fetch_add(1, Ordering::Relaxed);
         return;
     };
@@ -181,7 +181,7 @@ fn handle_datagram(dev: &Device, d: &InDatagram) {
 /// The IP header the datagram came with, as far as the link tells: a UDP socket reports
 /// neither TTL nor TOS, so those are what our own senders use (64 and 0); the IPv4
 /// identification is what the ICRC check verified (0 for DF senders such as softverbs).
-fn net_header(d: &InDatagram) -> NetHeader {
+fn net_header(d: DatagramView<'_>) -> NetHeader {
     NetHeader {
         src: d.src.ip(),
         dst: d.dst.ip(),

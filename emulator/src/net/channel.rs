@@ -11,7 +11,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
 use parking_lot::Mutex;
 
-use super::{InDatagram, Link};
+use super::{DatagramView, InDatagram, Link};
 use crate::transport::OutPacket;
 use crate::wire::{write_icrc, IcrcContext, IpHeaderInfo};
 
@@ -146,12 +146,12 @@ impl Link for ChannelLink {
         Ok(sel.ready_timeout(timeout).is_ok())
     }
 
-    fn recv_ready(&self, max: usize, sink: &mut dyn FnMut(&InDatagram)) -> io::Result<usize> {
+    fn recv_ready(&self, max: usize, sink: &mut dyn FnMut(DatagramView<'_>)) -> io::Result<usize> {
         let mut n = 0;
         while n < max {
             match self.rx.try_recv() {
                 Ok(d) => {
-                    sink(&d);
+                    sink(d.view());
                     crate::transport::packet_pool::give(d.payload);
                 }
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,

@@ -39,6 +39,50 @@ pub struct InDatagram {
     pub ipv4_identification: Option<u16>,
 }
 
+/// A received datagram lent by the link (its buffer is reused for the next one): what
+/// [`Link::recv_ready`] hands out, so that receiving copies nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DatagramView<'a> {
+    /// Sender's IP address and UDP port.
+    pub src: SocketAddr,
+    /// Our IP address and UDP port it was sent to.
+    pub dst: SocketAddr,
+    /// UDP payload (BTH .. ICRC).
+    pub payload: &'a [u8],
+    /// The IPv4 identification it carried, when the link knows it.
+    pub ipv4_identification: Option<u16>,
+}
+
+impl InDatagram {
+    /// A view of this datagram.
+    pub fn view(&self) -> DatagramView<'_> {
+        DatagramView {
+            src: self.src,
+            dst: self.dst,
+            payload: &self.payload,
+            ipv4_identification: self.ipv4_identification,
+        }
+    }
+}
+
+impl<'a> From<&'a InDatagram> for DatagramView<'a> {
+    fn from(d: &'a InDatagram) -> Self {
+        d.view()
+    }
+}
+
+impl DatagramView<'_> {
+    /// An owned copy.
+    pub fn to_owned(&self) -> InDatagram {
+        InDatagram {
+            src: self.src,
+            dst: self.dst,
+            payload: self.payload.to_vec(),
+            ipv4_identification: self.ipv4_identification,
+        }
+    }
+}
+
 /// A datagram link of one device: its local address, a send path and a receive path.
 pub trait Link: Send + Sync {
     /// The local IP address and UDP port.
@@ -94,11 +138,11 @@ pub trait Link: Send + Sync {
     /// from up to `max` receives (one receive may carry a run of datagrams the kernel
     /// coalesced, see `udp`); returns the receives. Call again while it returns `max`. The
     /// datagram lent to `sink` is the link's own buffer, reused for the next one.
-    fn recv_ready(&self, max: usize, sink: &mut dyn FnMut(&InDatagram)) -> io::Result<usize> {
+    fn recv_ready(&self, max: usize, sink: &mut dyn FnMut(DatagramView<'_>)) -> io::Result<usize> {
         let mut n = 0;
         while n < max {
             match self.recv(Duration::from_micros(1))? {
-                Some(d) => sink(&d),
+                Some(d) => sink(d.view()),
                 None => break,
             }
             n += 1;

@@ -29,7 +29,7 @@ use parking_lot::Mutex;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::batch_sys::{self, RecvSlots, MAX_BATCH};
-use super::{InDatagram, Link, MAX_DATAGRAM_BYTES};
+use super::{DatagramView, InDatagram, Link, MAX_DATAGRAM_BYTES};
 use crate::transport::OutPacket;
 use crate::wire::{write_icrc, IcrcContext, IpHeaderInfo};
 
@@ -61,7 +61,6 @@ pub struct UdpLink {
 
 struct RxBuffers {
     slots: RecvSlots,
-    scratch: InDatagram,
     /// Datagrams of a GRO run that [`Link::recv`] (one at a time) has not returned yet.
     backlog: std::collections::VecDeque<InDatagram>,
 }
@@ -103,12 +102,6 @@ impl UdpLink {
             gso: AtomicBool::new(gro),
             rx: Mutex::new(RxBuffers {
                 slots,
-                scratch: InDatagram {
-                    src: local,
-                    dst: local,
-                    payload: Vec::with_capacity(MAX_DATAGRAM_BYTES),
-                    ipv4_identification: None,
-                },
                 backlog: std::collections::VecDeque::new(),
             }),
         })
@@ -238,7 +231,7 @@ impl Link for UdpLink {
         if self.wait_readable(timeout)? {
             // One receive may bring a GRO run: keep what is not returned now.
             let mut got = Vec::new();
-            self.recv_ready(1, &mut |d| got.push(d.clone()))?;
+            self.recv_ready(1, &mut |d| got.push(d.to_owned()))?;
             let mut rx = self.rx.lock();
             rx.backlog.extend(got);
             return Ok(rx.backlog.pop_front());
@@ -312,16 +305,12 @@ impl Link for UdpLink {
         batch_sys::wait_readable(&self.socket, timeout)
     }
 
-    fn recv_ready(&self, max: usize, sink: &mut dyn FnMut(&InDatagram)) -> io::Result<usize> {
+    fn recv_ready(&self, max: usize, sink: &mut dyn FnMut(DatagramView<'_>)) -> io::Result<usize> {
         let mut rx = self.rx.lock();
-        let RxBuffers {
-            slots,
-            scratch,
-            backlog,
-        } = &mut *rx;
+        let RxBuffers { slots, backlog } = &mut *rx;
         let mut total = 0;
         while let Some(d) = backlog.pop_front() {
-            sink(&d);
+            sink(d.view());
             total += 1;
         }
         while total < max {
@@ -343,16 +332,18 @@ impl Link for UdpLink {
             for i in 0..n {
                 let (bytes, src) = slots.get(i);
                 let Some(src) = src else { continue };
-                scratch.src = src;
                 // A GRO slot holds a run of datagrams of `seg` bytes: hand them one by one.
                 let seg = match slots.segment_bytes(i) {
                     0 => bytes.len().max(1),
                     seg => seg,
                 };
-                for datagram in bytes.chunks(seg) {
-                    scratch.payload.clear();
-                    scratch.payload.extend_from_slice(datagram);
-                    sink(scratch);
+                for payload in bytes.chunks(seg) {
+                    sink(DatagramView {
+                        src,
+                        dst: self.local,
+                        payload,
+                        ipv4_identification: None,
+                    });
                 }
             }
             total += n;
