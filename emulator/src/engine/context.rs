@@ -220,13 +220,14 @@ impl Device {
     pub(crate) fn deliver(&self, entry: &QpEntry, qp: &TransportQp, out: &mut Outputs) {
         if self.port_active() {
             if !out.packets.is_empty() {
-                if let Err(e) = self.link.send_batch(&mut out.packets) {
-                    self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(device = %self.config.name, error = %e, "send failed");
+                // Inside a receive batch, plain ACKs wait for its end (see ack_hold).
+                let mut superseded = Vec::new();
+                let mut first = super::ack_hold::hold(&mut out.packets, &mut superseded);
+                for bytes in superseded {
+                    crate::transport::packet_pool::give(bytes);
                 }
-                for p in out.packets.drain(..) {
-                    crate::transport::packet_pool::give(p.bytes);
-                }
+                self.send_packets(&mut first);
+                self.send_packets(&mut out.packets);
             }
         } else {
             // A port that is down sends nothing, like an unplugged cable: reliable QPs
@@ -261,6 +262,20 @@ impl Device {
         out.entered_error = false;
         if let Some(d) = qp.next_deadline_ns() {
             self.deadline_hint_ns.fetch_min(d, Ordering::AcqRel);
+        }
+    }
+
+    /// Sends `packets` (emptying the vector) and recycles their buffers.
+    pub(crate) fn send_packets(&self, packets: &mut Vec<crate::transport::OutPacket>) {
+        if packets.is_empty() {
+            return;
+        }
+        if let Err(e) = self.link.send_batch(packets) {
+            self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(device = %self.config.name, error = %e, "send failed");
+        }
+        for p in packets.drain(..) {
+            crate::transport::packet_pool::give(p.bytes);
         }
     }
 

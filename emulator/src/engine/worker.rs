@@ -83,16 +83,31 @@ pub(crate) fn run(dev: &Arc<Device>) {
 /// caller holds `dev.rx_lock`.
 fn receive_ready(dev: &Device) -> std::io::Result<usize> {
     let mut total = 0;
+    let mut result = Ok(());
+    super::ack_hold::begin();
     for _ in 0..RX_ROUNDS {
-        let n = dev
+        match dev
             .link
-            .recv_ready(RX_BATCH, &mut |d| handle_datagram(dev, d))?;
-        total += n;
-        if n < RX_BATCH {
-            break;
+            .recv_ready(RX_BATCH, &mut |d| handle_datagram(dev, d))
+        {
+            Ok(n) => {
+                total += n;
+                if n < RX_BATCH {
+                    break;
+                }
+            }
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
         }
     }
-    Ok(total)
+    // The newest ACK of each connection the batch acknowledged.
+    let mut acks = super::ack_hold::end();
+    if dev.port_active() {
+        dev.send_packets(&mut acks);
+    }
+    result.map(|()| total)
 }
 
 /// Receives in the calling (application) thread if the link is pollable and nobody else
