@@ -179,6 +179,7 @@ fn bad_arguments_are_errors_not_panics() {
         &["write_bw", "--link", "inproc"],
         &["udp-baseline", "127.0.0.1"],
         &["write_bw", "no.such.host.invalid"],
+        &["write_bw", "--loopback", "--no-verify"],
     ] {
         let o = perf(args);
         let out = text(&o);

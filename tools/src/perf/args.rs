@@ -157,6 +157,10 @@ pub struct PerfArgs {
     /// Machine-readable output (one JSON document on stdout).
     #[arg(long)]
     pub json: bool,
+    /// Server only: do not check the received data against softverbs' test pattern (for
+    /// a client that is real perftest, whose buffer holds its own bytes).
+    #[arg(long)]
+    pub no_verify: bool,
 }
 
 /// Where this process stands.
@@ -207,6 +211,8 @@ pub struct Settings {
     pub baseline: bool,
     /// JSON output.
     pub json: bool,
+    /// Skip the server's data checks.
+    pub no_verify: bool,
 }
 
 /// Largest message: what one RC message may be (the port's max_msg_sz is 2^31) capped to
@@ -333,6 +339,9 @@ impl PerfArgs {
                 "--link inproc needs --loopback (both devices in this process)",
             ));
         }
+        if self.no_verify && !matches!(role, Role::Server) {
+            return Err(bad("--no-verify is for a server facing real perftest"));
+        }
         if self.baseline && !matches!(role, Role::Loopback) {
             return Err(bad(
                 "--baseline needs --loopback (the baseline runs on loopback)",
@@ -360,6 +369,7 @@ impl PerfArgs {
             port: self.port,
             baseline: self.baseline,
             json: self.json,
+            no_verify: self.no_verify,
         })
     }
 }
