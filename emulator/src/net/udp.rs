@@ -360,6 +360,44 @@ mod tests {
     use super::*;
     use std::net::Ipv4Addr;
 
+    fn out(dst: &str, len: usize) -> OutPacket {
+        OutPacket {
+            dst_ip: dst.parse().unwrap(),
+            udp_dst_port: 4791,
+            udp_src_port: 4791,
+            bytes: vec![0; len],
+        }
+    }
+
+    #[test]
+    fn gso_runs_are_equal_sized_loopback_packets_to_one_destination() {
+        // A run is equal sizes, then at most one shorter packet, which ends it: FIRST (with
+        // RETH) takes one MIDDLE as its shorter tail; MIDDLEs then a shorter LAST make a
+        // run; nothing after a shorter packet joins it.
+        let msg = [
+            out("127.0.0.2", 4128),
+            out("127.0.0.2", 4112),
+            out("127.0.0.2", 4112),
+            out("127.0.0.2", 1000),
+            out("127.0.0.2", 1000),
+        ];
+        assert_eq!(gso_run(&msg), 2);
+        assert_eq!(gso_run(&msg[1..]), 3);
+        assert_eq!(gso_run(&msg[3..]), 2);
+        assert_eq!(gso_run(&msg[4..]), 1);
+        // Another destination ends a run; a non-loopback destination never starts one.
+        let mixed = [out("127.0.0.2", 100), out("127.0.0.3", 100)];
+        assert_eq!(gso_run(&mixed), 1);
+        let wire = [out("10.0.0.2", 100), out("10.0.0.2", 100)];
+        assert_eq!(gso_run(&wire), 1);
+        // At most 64 segments and what fits one IPv4 datagram.
+        let many: Vec<OutPacket> = (0..100).map(|_| out("::1", 100)).collect();
+        assert_eq!(gso_run(&many), MAX_BATCH);
+        let big: Vec<OutPacket> = (0..40).map(|_| out("127.0.0.2", 4112)).collect();
+        assert_eq!(gso_run(&big), GSO_MAX_BYTES / 4112);
+        assert_eq!(gso_run(&[]), 0);
+    }
+
     #[test]
     fn recv_ready_takes_at_most_max_and_keeps_the_order() {
         let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
