@@ -30,6 +30,11 @@ use crate::transport::{
     AddressVector, AhTable, CompletionTarget, Env, NetHeader, Outputs, SharedRecvQueue, TransportQp,
 };
 
+thread_local! {
+    /// One emptied [`Outputs`] per thread, reused by the next transport call.
+    static SPARE_OUTPUTS: std::cell::Cell<Option<Outputs>> = const { std::cell::Cell::new(None) };
+}
+
 /// Device limits, close to rxe's (rxe_param.h).
 pub const MAX_QP: u32 = 0x1_0000;
 /// Most WRs per work queue.
@@ -171,9 +176,14 @@ impl Device {
             ahs: Some(&ahs),
             rx,
         };
-        let mut out = Outputs::default();
+        // The vectors of the last call's outputs (emptied by deliver), so a call allocates
+        // nothing to return its packets and completions.
+        let mut out = SPARE_OUTPUTS.with(|s| s.take()).unwrap_or_default();
         let result = call(&mut qp, &env, &mut out);
         self.deliver(entry, &qp, &mut out);
+        if out.is_empty() {
+            SPARE_OUTPUTS.with(|s| s.set(Some(out)));
+        }
         result
     }
 
