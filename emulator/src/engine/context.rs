@@ -23,6 +23,7 @@ use super::clock::Clock;
 use super::comp_channel::CompChannel;
 use super::config::DeviceConfig;
 use super::cq::CompletionQueue;
+use super::id_hash::IdHash;
 use crate::memory::MrTable;
 use crate::net::Link;
 use crate::transport::qp::ROCE_UDP_PORT;
@@ -115,8 +116,8 @@ pub struct Device {
     /// not a time: polling must not cost a clock read.
     pub(crate) app_polls: AtomicU64,
     pds: Mutex<HashMap<u32, ()>>,
-    cqs: RwLock<HashMap<u32, Arc<CompletionQueue>>>,
-    pub(crate) qps: RwLock<HashMap<u32, Arc<QpEntry>>>,
+    cqs: RwLock<HashMap<u32, Arc<CompletionQueue>, IdHash>>,
+    pub(crate) qps: RwLock<HashMap<u32, Arc<QpEntry>, IdHash>>,
     srqs: RwLock<HashMap<u32, Arc<Mutex<SharedRecvQueue>>>>,
     ahs: RwLock<AhTable>,
     /// Port 1 is up (see [`EmuContext::set_port_active`]).
@@ -144,8 +145,8 @@ impl Device {
             rx_lock: Mutex::new(()),
             app_polls: AtomicU64::new(0),
             pds: Mutex::new(HashMap::new()),
-            cqs: RwLock::new(HashMap::new()),
-            qps: RwLock::new(HashMap::new()),
+            cqs: RwLock::new(HashMap::default()),
+            qps: RwLock::new(HashMap::default()),
             srqs: RwLock::new(HashMap::new()),
             ahs: RwLock::new(AhTable::default()),
             port_active: AtomicBool::new(true),

@@ -10,6 +10,7 @@ pub mod config;
 pub mod context;
 pub mod cq;
 pub mod event_fd;
+mod id_hash;
 pub mod registry;
 mod wait;
 pub mod worker;
