@@ -197,3 +197,26 @@ fn udp_baseline_measures_every_method_and_the_ping_pong() {
     assert!(out.contains("sendmmsg"), "{out}");
     assert!(field(&out, "half_rtt_us") > 0.0, "{out}");
 }
+
+#[test]
+fn baseline_ratios_come_with_the_results() {
+    let o = perf(&[
+        "write_bw",
+        "--loopback",
+        "--link",
+        "inproc",
+        "-s",
+        "4096",
+        "-n",
+        "20",
+        "--baseline",
+        "--json",
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let ratio = field(&out, "ratio_to_udp");
+    let (bw, base) = (field(&out, "bw_avg_mbs"), field(&out, "bw_mbs"));
+    assert!(base > 0.0, "{out}");
+    assert!((ratio - bw / base).abs() <= 1e-9 * ratio.max(1.0), "{out}");
+    assert_eq!(field(&out, "datagram_bytes"), 4096.0 + 16.0, "{out}");
+}
