@@ -59,13 +59,23 @@ fn inproc_devices() -> VerbsResult<(String, String)> {
     Ok((INPROC[0].to_string(), INPROC[1].to_string()))
 }
 
-/// The first two devices of the list (server, client).
+/// The first two devices of the list (server, client), which must be on loopback: the
+/// one-process mode is a loopback benchmark and sends nothing elsewhere.
 fn listed_devices() -> VerbsResult<(String, String)> {
-    let list = softverbs::devices()?;
+    softverbs::devices()?;
+    let list = softverbs_emu::engine::device_list()?;
     if list.len() < 2 {
         return Err(VerbsError::inval(
             "--loopback needs two devices (SOFTVERBS_DEVICES)",
         ));
+    }
+    for d in &list[..2] {
+        if !d.ip.is_loopback() {
+            return Err(VerbsError::inval(format!(
+                "--loopback runs on loopback addresses only; device {} is on {}",
+                d.name, d.ip
+            )));
+        }
     }
     Ok((list[0].name.clone(), list[1].name.clone()))
 }
