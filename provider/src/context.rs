@@ -124,6 +124,20 @@ impl Context {
         self.inner.emu.as_ref()
     }
 
+    /// Back-off for a thread that busy-polls this device's CQs and found them empty: waits
+    /// up to `timeout` (at most 100 µs on the emulator) until traffic reaches the device,
+    /// so that the next poll finds work, without burning the CPU the device needs. Returns
+    /// whether traffic arrived (a hint: poll again either way).
+    pub fn wait_for_traffic(&self, timeout: std::time::Duration) -> bool {
+        match &self.inner.emu {
+            Some(emu) => emu.wait_for_traffic(timeout),
+            None => {
+                std::thread::sleep(timeout);
+                false
+            }
+        }
+    }
+
     /// Device name.
     pub fn name(&self) -> String {
         self.inner.backend.device_name()

@@ -9,6 +9,7 @@ mod decode;
 mod demo;
 mod ibv_oob;
 mod ibv_pingpong;
+mod perf;
 mod perftest_oob;
 mod pingpong;
 mod rc_pair;
@@ -32,6 +33,9 @@ enum Command {
     Demo(demo::DemoArgs),
     /// RC SEND ping-pong between two processes (TCP side channel, like ibv_rc_pingpong).
     Pingpong(pingpong::PingpongArgs),
+    /// perftest's benchmarks on the emulator (write/read/send/atomic x bw/lat) and the raw
+    /// UDP baseline they are measured against.
+    Perf(perf::PerfArgs),
     /// Decode the RoCEv2 packets of a pcap file, one line each.
     Decode(decode::DecodeArgs),
     /// Run seeds of the deterministic RC simulation under faults (a failure prints its seed).
@@ -46,6 +50,7 @@ fn main() -> ExitCode {
         Command::Devices => list_devices(),
         Command::Demo(args) => demo::run(&args),
         Command::Pingpong(args) => pingpong::run(&args),
+        Command::Perf(args) => perf::run(&args),
         Command::Decode(args) => decode::run(&args),
         Command::Sim(args) => sim::run(&args),
         Command::RxeLab(args) => rxe_lab::run(&args),

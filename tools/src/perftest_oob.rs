@@ -163,6 +163,29 @@ impl PerftestComm {
         })
     }
 
+    /// Whether the peer has written something not read yet (it reached the next exchange):
+    /// how a side that runs until the peer is done, without knowing the count, learns that
+    /// it should stop. Never blocks.
+    pub fn peer_waiting(&self) -> VerbsResult<bool> {
+        let mut byte = [0u8; 1];
+        self.stream
+            .set_nonblocking(true)
+            .map_err(|e| io_err("peek", e))?;
+        let peeked = self.stream.peek(&mut byte);
+        self.stream
+            .set_nonblocking(false)
+            .map_err(|e| io_err("peek", e))?;
+        match peeked {
+            Ok(0) => Err(VerbsError::Io {
+                errno: 104,
+                message: "perftest side channel: the peer closed the connection".into(),
+            }),
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(io_err("peek", e)),
+        }
+    }
+
     /// A keys exchange used as a barrier.
     pub fn barrier(&mut self, keys: &PerftestKeys, what: &str) -> VerbsResult<()> {
         PerftestKeys::decode(&self.xchg(&keys.encode(), KEYS_LEN, what)?).map(|_| ())

@@ -23,12 +23,18 @@ use super::clock::Clock;
 use super::comp_channel::CompChannel;
 use super::config::DeviceConfig;
 use super::cq::CompletionQueue;
+use super::id_hash::IdHash;
 use crate::memory::MrTable;
 use crate::net::Link;
 use crate::transport::qp::ROCE_UDP_PORT;
 use crate::transport::{
     AddressVector, AhTable, CompletionTarget, Env, NetHeader, Outputs, SharedRecvQueue, TransportQp,
 };
+
+thread_local! {
+    /// One emptied [`Outputs`] per thread, reused by the next transport call.
+    static SPARE_OUTPUTS: std::cell::Cell<Option<Outputs>> = const { std::cell::Cell::new(None) };
+}
 
 /// Device limits, close to rxe's (rxe_param.h).
 pub const MAX_QP: u32 = 0x1_0000;
@@ -101,9 +107,17 @@ pub struct Device {
     /// Earliest transport deadline a poster armed, for the engine thread's sleep.
     pub(crate) deadline_hint_ns: AtomicU64,
     pub(crate) counters: DeviceCounters,
+    /// Held by whoever takes datagrams off a pollable link and hands them to QPs (the
+    /// engine thread, or an application polling an empty CQ): one receiver at a time keeps
+    /// the arrival order.
+    pub(crate) rx_lock: Mutex<()>,
+    /// Bumped whenever an application polls an empty CQ (and so receives for the engine):
+    /// while it keeps changing, the engine thread stays off the link (see worker). A counter,
+    /// not a time: polling must not cost a clock read.
+    pub(crate) app_polls: AtomicU64,
     pds: Mutex<HashMap<u32, ()>>,
-    cqs: RwLock<HashMap<u32, Arc<CompletionQueue>>>,
-    pub(crate) qps: RwLock<HashMap<u32, Arc<QpEntry>>>,
+    cqs: RwLock<HashMap<u32, Arc<CompletionQueue>, IdHash>>,
+    pub(crate) qps: RwLock<HashMap<u32, Arc<QpEntry>, IdHash>>,
     srqs: RwLock<HashMap<u32, Arc<Mutex<SharedRecvQueue>>>>,
     ahs: RwLock<AhTable>,
     /// Port 1 is up (see [`EmuContext::set_port_active`]).
@@ -128,9 +142,11 @@ impl Device {
             shutdown: AtomicBool::new(false),
             deadline_hint_ns: AtomicU64::new(u64::MAX),
             counters: DeviceCounters::default(),
+            rx_lock: Mutex::new(()),
+            app_polls: AtomicU64::new(0),
             pds: Mutex::new(HashMap::new()),
-            cqs: RwLock::new(HashMap::new()),
-            qps: RwLock::new(HashMap::new()),
+            cqs: RwLock::new(HashMap::default()),
+            qps: RwLock::new(HashMap::default()),
             srqs: RwLock::new(HashMap::new()),
             ahs: RwLock::new(AhTable::default()),
             port_active: AtomicBool::new(true),
@@ -156,14 +172,19 @@ impl Device {
         let mut qp = entry.qp.lock();
         let env = Env {
             mem: &self.mem,
-            now_ns: self.clock.now_ns(),
+            now_ns: super::worker::batch_now().unwrap_or_else(|| self.clock.now_ns()),
             srq: entry.srq.as_deref(),
             ahs: Some(&ahs),
             rx,
         };
-        let mut out = Outputs::default();
+        // The vectors of the last call's outputs (emptied by deliver), so a call allocates
+        // nothing to return its packets and completions.
+        let mut out = SPARE_OUTPUTS.with(|s| s.take()).unwrap_or_default();
         let result = call(&mut qp, &env, &mut out);
         self.deliver(entry, &qp, &mut out);
+        if out.is_empty() {
+            SPARE_OUTPUTS.with(|s| s.set(Some(out)));
+        }
         result
     }
 
@@ -209,11 +230,15 @@ impl Device {
     /// and the async events a transport call produced.
     pub(crate) fn deliver(&self, entry: &QpEntry, qp: &TransportQp, out: &mut Outputs) {
         if self.port_active() {
-            for mut packet in out.packets.drain(..) {
-                if let Err(e) = self.link.send(&mut packet) {
-                    self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(device = %self.config.name, error = %e, "send failed");
+            if !out.packets.is_empty() {
+                // Inside a receive batch, plain ACKs wait for its end (see ack_hold).
+                let mut superseded = Vec::new();
+                let mut first = super::ack_hold::hold(&mut out.packets, &mut superseded);
+                for bytes in superseded {
+                    crate::transport::packet_pool::give(bytes);
                 }
+                self.send_packets(&mut first);
+                self.send_packets(&mut out.packets);
             }
         } else {
             // A port that is down sends nothing, like an unplugged cable: reliable QPs
@@ -248,6 +273,20 @@ impl Device {
         out.entered_error = false;
         if let Some(d) = qp.next_deadline_ns() {
             self.deadline_hint_ns.fetch_min(d, Ordering::AcqRel);
+        }
+    }
+
+    /// Sends `packets` (emptying the vector) and recycles their buffers.
+    pub(crate) fn send_packets(&self, packets: &mut Vec<crate::transport::OutPacket>) {
+        if packets.is_empty() {
+            return;
+        }
+        if let Err(e) = self.link.send_batch(packets) {
+            self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(device = %self.config.name, error = %e, "send failed");
+        }
+        for p in packets.drain(..) {
+            crate::transport::packet_pool::give(p.bytes);
         }
     }
 
@@ -462,6 +501,14 @@ impl EmuContext {
         dev.on_qp(&entry, None, call)
     }
 
+    /// The back-off of an application that polls CQs: blocks up to `timeout` until a
+    /// datagram reaches the device (the next poll then receives it in the calling thread),
+    /// instead of sleeping blind or yielding. Returns whether something arrived. Links that
+    /// cannot be waited on this way sleep `timeout`.
+    pub fn wait_for_traffic(&self, timeout: Duration) -> bool {
+        super::worker::wait_for_traffic(self.dev(), timeout)
+    }
+
     /// Device-wide packet counters.
     pub fn counters(&self) -> &DeviceCounters {
         &self.dev().counters
@@ -623,7 +670,15 @@ impl VerbsContext for EmuContext {
     }
 
     fn poll_cq(&self, cq: u32, out: &mut [WorkCompletion]) -> VerbsResult<usize> {
-        self.dev().cq(cq)?.poll(out)
+        let dev = self.dev();
+        let cq = dev.cq(cq)?;
+        let n = cq.poll(out)?;
+        // An empty CQ: receive what is waiting on the link in this thread rather than wait
+        // for the engine thread to be scheduled (it wakes too, and finds the work done).
+        if n == 0 && !out.is_empty() && super::worker::receive_if_free(dev) > 0 {
+            return cq.poll(out);
+        }
+        Ok(n)
     }
 
     fn create_qp(&self, pd: u32, init: &QpInitAttr) -> VerbsResult<(u32, QpCap)> {

@@ -2,6 +2,7 @@
 //! PD / CQ / QP tables, feeds the transport with posted WRs, received packets and timer ticks,
 //! and delivers what the transport produces (packets to the link, completions to CQs).
 
+mod ack_hold;
 pub mod async_events;
 pub mod clock;
 pub mod comp_channel;
@@ -9,6 +10,7 @@ pub mod config;
 pub mod context;
 pub mod cq;
 pub mod event_fd;
+mod id_hash;
 pub mod registry;
 mod wait;
 pub mod worker;

@@ -10,7 +10,7 @@ use softverbs_api::QpType;
 
 use super::context::Device;
 use crate::net::icrc_check::{icrc_ok, ipv4_identification};
-use crate::net::InDatagram;
+use crate::net::DatagramView;
 use crate::transport::NetHeader;
 use crate::wire::RoceRepr;
 
@@ -18,24 +18,60 @@ use crate::wire::RoceRepr;
 /// thread (a post) can fire, and how long shutdown takes.
 const MAX_SLEEP: Duration = Duration::from_millis(5);
 
+/// Datagrams taken off the link per receive call.
+const RX_BATCH: usize = 64;
+/// Receive calls per wake-up before deadlines are looked at again.
+const RX_ROUNDS: usize = 8;
+
+/// The engine's nap while an application polls. When an application polled during the
+/// engine's last nap or wait, the engine leaves the link to it and only naps and fires
+/// timers: on a small machine a woken engine thread would take the CPU from the very thread
+/// that is doing its work. Once a nap passes without a poll (the application went to sleep)
+/// the engine waits on the link again, so the responder progresses without the application.
+const APP_POLL_NAP: Duration = Duration::from_micros(100);
+/// Longest wait of [`wait_for_traffic`]: well under a nap, so that a waiting application
+/// keeps counting as polling.
+const APP_WAIT_MAX: Duration = Duration::from_micros(50);
+
 /// TTL of the IP packets our UDP sockets send (the Linux default).
 const DEFAULT_HOP_LIMIT: u8 = 64;
 
 /// The thread body; returns when the device shuts down.
 pub(crate) fn run(dev: &Arc<Device>) {
     let mut next_deadline_ns = u64::MAX;
+    let mut seen_polls = dev.app_polls.load(Ordering::Relaxed);
     while !dev.shutdown.load(Ordering::Acquire) {
         let now = dev.clock.now_ns();
         let hint = dev.deadline_hint_ns.swap(u64::MAX, Ordering::AcqRel);
         next_deadline_ns = next_deadline_ns.min(hint);
         let sleep = Duration::from_nanos(next_deadline_ns.saturating_sub(now)).min(MAX_SLEEP);
-        match dev.link.recv(sleep) {
-            Ok(Some(datagram)) => handle_datagram(dev, &datagram),
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(device = %dev.config.name, error = %e, "receive failed");
-                std::thread::sleep(MAX_SLEEP);
-            }
+        let polls = dev.app_polls.load(Ordering::Relaxed);
+        let app_polling = polls != seen_polls;
+        seen_polls = polls;
+        let received = if dev.link.pollable() && app_polling {
+            std::thread::sleep(sleep.min(APP_POLL_NAP));
+            Ok(0)
+        } else if dev.link.pollable() {
+            dev.link.wait_readable(sleep).and_then(|ready| {
+                if ready {
+                    let _receiver = dev.rx_lock.lock();
+                    receive_ready(dev)
+                } else {
+                    Ok(0)
+                }
+            })
+        } else {
+            dev.link.recv(sleep).map(|got| match got {
+                Some(datagram) => {
+                    handle_datagram(dev, datagram.view());
+                    1
+                }
+                None => 0,
+            })
+        };
+        if let Err(e) = received {
+            tracing::warn!(device = %dev.config.name, error = %e, "receive failed");
+            std::thread::sleep(MAX_SLEEP);
         }
         if dev.clock.now_ns() >= next_deadline_ns {
             next_deadline_ns = fire_timers(dev);
@@ -43,7 +79,103 @@ pub(crate) fn run(dev: &Arc<Device>) {
     }
 }
 
-fn handle_datagram(dev: &Device, d: &InDatagram) {
+/// Hands what a pollable link has waiting to the QPs, up to [`RX_ROUNDS`] batches. The
+/// caller holds `dev.rx_lock`.
+fn receive_ready(dev: &Device) -> std::io::Result<usize> {
+    let mut total = 0;
+    let mut result = Ok(());
+    super::ack_hold::begin();
+    for _ in 0..RX_ROUNDS {
+        // One clock read per batch of datagrams, not per datagram (see batch_now).
+        BATCH_NOW.with(|n| n.set(Some(dev.clock.now_ns())));
+        match dev
+            .link
+            .recv_ready(RX_BATCH, &mut |d| handle_datagram(dev, d))
+        {
+            Ok(n) => {
+                total += n;
+                if n < RX_BATCH {
+                    break;
+                }
+            }
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    BATCH_NOW.with(|n| n.set(None));
+    // The newest ACK of each connection the batch acknowledged.
+    let mut acks = super::ack_hold::end();
+    if dev.port_active() {
+        dev.send_packets(&mut acks);
+    }
+    result.map(|()| total)
+}
+
+thread_local! {
+    /// The time of the receive batch this thread is handling, if it is handling one.
+    static BATCH_NOW: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// The clock reading of the receive batch the calling thread is handling: the datagrams of
+/// one batch (at most [`RX_BATCH`], handled within microseconds) share it, so a deadline
+/// armed by the last of them may be early by that much, far below any RC timer's
+/// resolution; a clock read per datagram showed as 6% of a receiving thread.
+pub(crate) fn batch_now() -> Option<u64> {
+    BATCH_NOW.with(|n| n.get())
+}
+
+/// Receives in the calling (application) thread if the link is pollable and nobody else
+/// is receiving; returns the datagrams handled. Never waits.
+pub(crate) fn receive_if_free(dev: &Device) -> usize {
+    if !dev.link.pollable() {
+        return 0;
+    }
+    note_app_poll(dev);
+    let Some(_receiver) = dev.rx_lock.try_lock() else {
+        return 0;
+    };
+    match receive_ready(dev) {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::debug!(device = %dev.config.name, error = %e, "receive failed");
+            0
+        }
+    }
+}
+
+/// See `EmuContext::wait_for_traffic`: a waiting application counts as polling (it will
+/// receive as soon as it wakes), so the engine keeps off the link meanwhile.
+pub(crate) fn wait_for_traffic(dev: &Device, timeout: Duration) -> bool {
+    if !dev.link.pollable() {
+        std::thread::sleep(timeout);
+        return false;
+    }
+    note_app_poll(dev);
+    // The engine thread is handing datagrams to QPs right now (it took them off the link
+    // before this thread could): what this thread waits for may be among them. Wait for it
+    // to finish rather than for the link, which it has just emptied.
+    if dev.rx_lock.is_locked() {
+        drop(dev.rx_lock.lock());
+        return true;
+    }
+    let ready = dev
+        .link
+        .wait_readable(timeout.min(APP_WAIT_MAX))
+        .unwrap_or(false);
+    note_app_poll(dev);
+    ready
+}
+
+/// Tells the engine thread an application is polling (any change of the counter will do,
+/// so a racy load-and-store is enough and cheaper than an atomic add).
+fn note_app_poll(dev: &Device) {
+    let n = dev.app_polls.load(Ordering::Relaxed);
+    dev.app_polls.store(n.wrapping_add(1), Ordering::Relaxed);
+}
+
+fn handle_datagram(dev: &Device, d: DatagramView<'_>) {
     if !dev.port_active() {
         // Nothing arrives through a port that is down.
         dev.counters.port_down_drops.fetch_add(1, Ordering::Relaxed);
@@ -53,7 +185,7 @@ fn handle_datagram(dev: &Device, d: &InDatagram) {
         dev.counters.icrc_errors.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    let Ok((repr, _icrc)) = RoceRepr::parse(&d.payload) else {
+    let Ok((repr, _icrc)) = RoceRepr::parse(d.payload) else {
         dev.counters.malformed.fetch_add(1, Ordering::Relaxed);
         return;
     };
@@ -80,7 +212,7 @@ fn handle_datagram(dev: &Device, d: &InDatagram) {
 /// The IP header the datagram came with, as far as the link tells: a UDP socket reports
 /// neither TTL nor TOS, so those are what our own senders use (64 and 0); the IPv4
 /// identification is what the ICRC check verified (0 for DF senders such as softverbs).
-fn net_header(d: &InDatagram) -> NetHeader {
+fn net_header(d: DatagramView<'_>) -> NetHeader {
     NetHeader {
         src: d.src.ip(),
         dst: d.dst.ip(),

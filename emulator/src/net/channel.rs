@@ -8,10 +8,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
 use parking_lot::Mutex;
 
-use super::{InDatagram, Link};
+use super::{DatagramView, InDatagram, Link};
 use crate::transport::OutPacket;
 use crate::wire::{write_icrc, IcrcContext, IpHeaderInfo};
 
@@ -109,5 +109,55 @@ impl Link for ChannelLink {
             Err(RecvTimeoutError::Timeout) => Ok(None),
             Err(RecvTimeoutError::Disconnected) => Ok(None),
         }
+    }
+
+    /// Moves each packet's bytes to the receiver instead of copying them (the caller is
+    /// done with the packets; their buffers come back through the pool on the far side).
+    fn send_batch(&self, packets: &mut [OutPacket]) -> io::Result<()> {
+        for p in packets.iter_mut() {
+            self.finalize(p)?;
+        }
+        let endpoints = self.network.endpoints.lock();
+        for p in packets.iter_mut() {
+            let dst = SocketAddr::new(p.dst_ip, p.udp_dst_port);
+            if let Some(tx) = endpoints.get(&dst) {
+                // Full or gone: the datagram is lost, as on a real network.
+                let _ = tx.try_send(InDatagram {
+                    src: SocketAddr::new(self.local.ip(), p.udp_src_port),
+                    dst,
+                    payload: std::mem::take(&mut p.bytes),
+                    ipv4_identification: Some(0),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn pollable(&self) -> bool {
+        true
+    }
+
+    fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
+        if !self.rx.is_empty() {
+            return Ok(true);
+        }
+        let mut sel = Select::new();
+        sel.recv(&self.rx);
+        Ok(sel.ready_timeout(timeout).is_ok())
+    }
+
+    fn recv_ready(&self, max: usize, sink: &mut dyn FnMut(DatagramView<'_>)) -> io::Result<usize> {
+        let mut n = 0;
+        while n < max {
+            match self.rx.try_recv() {
+                Ok(d) => {
+                    sink(d.view());
+                    crate::transport::packet_pool::give(d.payload);
+                }
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+            n += 1;
+        }
+        Ok(n)
     }
 }

@@ -13,7 +13,7 @@
 
 use std::net::IpAddr;
 
-use super::InDatagram;
+use super::DatagramView;
 use crate::wire::{
     solve_ipv4_identification, verify_icrc, IcrcContext, IpHeaderInfo, IPV4_FLAG_DF,
 };
@@ -24,13 +24,14 @@ pub const RXE_MIN_SRC_PORT: u16 = 0xC000;
 /// The IPv4 identification the datagram travelled with, as the ICRC check sees it: what the
 /// link reported, 0 for softverbs senders (DF), or the solved value for rxe-style senders.
 /// `None` for IPv6 or when no identification fits.
-pub fn ipv4_identification(d: &InDatagram) -> Option<u16> {
+pub fn ipv4_identification<'a>(d: impl Into<DatagramView<'a>>) -> Option<u16> {
+    let d = d.into();
     match (d.src.ip(), d.dst.ip()) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => d.ipv4_identification.or_else(|| {
             if d.src.port() < RXE_MIN_SRC_PORT {
                 Some(0)
             } else {
-                match solve_ipv4_identification(src, dst, d.src.port(), d.dst.port(), &d.payload) {
+                match solve_ipv4_identification(src, dst, d.src.port(), d.dst.port(), d.payload) {
                     Some(IpHeaderInfo::V4 { identification, .. }) => Some(identification),
                     _ => None,
                 }
@@ -41,7 +42,8 @@ pub fn ipv4_identification(d: &InDatagram) -> Option<u16> {
 }
 
 /// True if the datagram's ICRC is right for the header it most plausibly travelled with.
-pub fn icrc_ok(d: &InDatagram) -> bool {
+pub fn icrc_ok<'a>(d: impl Into<DatagramView<'a>>) -> bool {
+    let d = d.into();
     let (sport, dport) = (d.src.port(), d.dst.port());
     match (d.src.ip(), d.dst.ip()) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => {
@@ -60,9 +62,9 @@ pub fn icrc_ok(d: &InDatagram) -> bool {
                         udp_src_port: sport,
                         udp_dst_port: dport,
                     },
-                    &d.payload,
+                    d.payload,
                 ),
-                None => solve_ipv4_identification(src, dst, sport, dport, &d.payload).is_some(),
+                None => solve_ipv4_identification(src, dst, sport, dport, d.payload).is_some(),
             }
         }
         (IpAddr::V6(src), IpAddr::V6(dst)) => verify_icrc(
@@ -71,7 +73,7 @@ pub fn icrc_ok(d: &InDatagram) -> bool {
                 udp_src_port: sport,
                 udp_dst_port: dport,
             },
-            &d.payload,
+            d.payload,
         ),
         _ => false,
     }

@@ -6,6 +6,7 @@
 //! written: the ICRC covers those headers (see `wire::icrc`).
 
 pub mod arp;
+pub mod batch_sys;
 pub mod channel;
 pub mod ethernet;
 pub mod fault;
@@ -39,6 +40,50 @@ pub struct InDatagram {
     pub ipv4_identification: Option<u16>,
 }
 
+/// A received datagram lent by the link (its buffer is reused for the next one): what
+/// [`Link::recv_ready`] hands out, so that receiving copies nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DatagramView<'a> {
+    /// Sender's IP address and UDP port.
+    pub src: SocketAddr,
+    /// Our IP address and UDP port it was sent to.
+    pub dst: SocketAddr,
+    /// UDP payload (BTH .. ICRC).
+    pub payload: &'a [u8],
+    /// The IPv4 identification it carried, when the link knows it.
+    pub ipv4_identification: Option<u16>,
+}
+
+impl InDatagram {
+    /// A view of this datagram.
+    pub fn view(&self) -> DatagramView<'_> {
+        DatagramView {
+            src: self.src,
+            dst: self.dst,
+            payload: &self.payload,
+            ipv4_identification: self.ipv4_identification,
+        }
+    }
+}
+
+impl<'a> From<&'a InDatagram> for DatagramView<'a> {
+    fn from(d: &'a InDatagram) -> Self {
+        d.view()
+    }
+}
+
+impl DatagramView<'_> {
+    /// An owned copy.
+    pub fn to_owned(&self) -> InDatagram {
+        InDatagram {
+            src: self.src,
+            dst: self.dst,
+            payload: self.payload.to_vec(),
+            ipv4_identification: self.ipv4_identification,
+        }
+    }
+}
+
 /// A datagram link of one device: its local address, a send path and a receive path.
 pub trait Link: Send + Sync {
     /// The local IP address and UDP port.
@@ -60,4 +105,49 @@ pub trait Link: Send + Sync {
     }
     /// Waits up to `timeout` for one datagram. `Ok(None)` on timeout. Call in a loop.
     fn recv(&self, timeout: Duration) -> io::Result<Option<InDatagram>>;
+
+    /// Writes the ICRC of every packet and sends them, in order, with as few system calls as
+    /// the link can. Every packet is attempted; the first error is returned.
+    fn send_batch(&self, packets: &mut [OutPacket]) -> io::Result<()> {
+        let mut first = Ok(());
+        for p in packets {
+            if let Err(e) = self.send(p) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+
+    /// Whether [`Link::wait_readable`] and [`Link::recv_ready`] are real: waiting without
+    /// receiving, and receiving without waiting. Then the engine thread and polling
+    /// applications can share the receive path; a link answering `false` is only ever used
+    /// through [`Link::recv`] by the engine thread.
+    fn pollable(&self) -> bool {
+        false
+    }
+
+    /// Waits up to `timeout` until a datagram is there, without taking it; `Ok(false)` on
+    /// timeout. Only meaningful when [`Link::pollable`].
+    fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
+        let _ = timeout;
+        Ok(true)
+    }
+
+    /// Hands datagrams that are already there to `sink`, in arrival order, without waiting,
+    /// from up to `max` receives (one receive may carry a run of datagrams the kernel
+    /// coalesced, see `udp`); returns the receives. Call again while it returns `max`. The
+    /// datagram lent to `sink` is the link's own buffer, reused for the next one.
+    fn recv_ready(&self, max: usize, sink: &mut dyn FnMut(DatagramView<'_>)) -> io::Result<usize> {
+        let mut n = 0;
+        while n < max {
+            match self.recv(Duration::from_micros(1))? {
+                Some(d) => sink(d.view()),
+                None => break,
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
 }

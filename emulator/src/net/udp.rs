@@ -9,14 +9,27 @@
 //!
 //! Receiving: a UDP socket does not report the sender's IP identification, which the ICRC
 //! covers; the engine solves for it (`wire::solve_ipv4_identification`).
+//!
+//! Batching: the socket is non-blocking; waits are poll(2), receives recvmmsg batches into
+//! buffers allocated once, and the packets of one transport call leave in one sendmmsg.
+//! Towards loopback addresses, runs of equal-sized packets to one destination (the middle
+//! and last packets of a message) leave as one UDP GSO send, and the socket asks for GRO,
+//! so that such a run crosses the kernel as one buffer; receives split it again. Loopback
+//! only, because the kernel numbers the IPv4 identification of GSO segments 0, 1, 2 ...
+//! while each packet's ICRC covers identification 0: a softverbs receiver never sees the
+//! IP header (it assumes 0 for port-4791 senders), a kernel rxe on a wire would. Without
+//! GSO in the kernel the first refused send turns it off and sendmmsg carries everything.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use super::{InDatagram, Link, MAX_DATAGRAM_BYTES};
+use super::batch_sys::{self, RecvSlots, MAX_BATCH};
+use super::{DatagramView, InDatagram, Link, MAX_DATAGRAM_BYTES};
 use crate::transport::OutPacket;
 use crate::wire::{write_icrc, IcrcContext, IpHeaderInfo};
 
@@ -24,11 +37,32 @@ use crate::wire::{write_icrc, IcrcContext, IpHeaderInfo};
 const IPV4_DF: u16 = 0x4000;
 /// Socket buffer size asked for: bursts of a 128-packet window of 4 KiB packets fit.
 const SOCKET_BUFFER_BYTES: usize = 8 << 20;
+/// Environment variable: `0` turns UDP GSO / GRO off.
+pub const GSO_ENV: &str = "SOFTVERBS_UDP_GSO";
+/// Largest UDP payload of one GSO send (what fits an IPv4 datagram).
+const GSO_MAX_BYTES: usize = 65_507;
+/// Receive buffer of one GRO slot: the largest coalesced run.
+const GRO_SLOT_BYTES: usize = 65_536;
+/// Receive slots when GRO is on (each 64 KiB).
+const GRO_SLOTS: usize = 16;
 
 /// A UDP socket link.
+///
+/// The socket is non-blocking: waits are poll(2) ([`Link::wait_readable`]), receives are
+/// recvmmsg batches into buffers allocated once, sends of a batch are one sendmmsg.
 pub struct UdpLink {
     socket: UdpSocket,
     local: SocketAddr,
+    /// Receive buffers and the datagram lent to receivers (one receiver at a time).
+    rx: Mutex<RxBuffers>,
+    /// UDP GSO is used for loopback destinations (cleared when the kernel refuses it).
+    gso: AtomicBool,
+}
+
+struct RxBuffers {
+    slots: RecvSlots,
+    /// Datagrams of a GRO run that [`Link::recv`] (one at a time) has not returned yet.
+    backlog: std::collections::VecDeque<InDatagram>,
 }
 
 impl UdpLink {
@@ -51,10 +85,25 @@ impl UdpLink {
             .local_addr()?
             .as_socket()
             .ok_or_else(|| io::Error::other("bound socket has no IP address"))?;
+        socket.set_nonblocking(true)?;
+        // SOFTVERBS_UDP_GSO=0 turns GSO and GRO off (to compare, or for a peer that
+        // needs plain datagrams).
+        let wanted = std::env::var(GSO_ENV).map_or(true, |v| v != "0");
+        let gro = wanted && batch_sys::set_udp_gro(&socket, true).is_ok();
+        let slots = if gro {
+            RecvSlots::new(GRO_SLOTS, GRO_SLOT_BYTES)
+        } else {
+            RecvSlots::new(MAX_BATCH, MAX_DATAGRAM_BYTES)
+        };
         // socket2 for the options, std for safe I/O into initialised buffers.
         Ok(UdpLink {
             socket: socket.into(),
             local,
+            gso: AtomicBool::new(gro),
+            rx: Mutex::new(RxBuffers {
+                slots,
+                backlog: std::collections::VecDeque::new(),
+            }),
         })
     }
 
@@ -85,6 +134,74 @@ impl UdpLink {
     }
 }
 
+impl UdpLink {
+    /// Sends `list` with sendmmsg; datagrams the kernel refuses for lack of buffer space are
+    /// lost (the transport retransmits), other errors are returned after the rest went out.
+    fn flush(&self, list: &[(&[u8], SocketAddr)]) -> io::Result<()> {
+        let mut first = Ok(());
+        let mut done = 0;
+        while done < list.len() {
+            match batch_sys::send_batch(&self.socket, &list[done..]) {
+                Ok(k) => done += k.max(1),
+                Err(e) if is_loss(&e) => done += 1,
+                Err(e) => {
+                    if first.is_ok() {
+                        first = Err(e);
+                    }
+                    done += 1;
+                }
+            }
+        }
+        first
+    }
+}
+
+fn dst_of(p: &OutPacket) -> SocketAddr {
+    SocketAddr::new(p.dst_ip, p.udp_dst_port)
+}
+
+/// A send error that is just a lost datagram: a full socket buffer, or no buffer memory.
+fn is_loss(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS)
+}
+
+/// The errors of a kernel (or route) without UDP GSO.
+fn gso_unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL | libc::ENOPROTOOPT | libc::EIO | libc::EOPNOTSUPP)
+    )
+}
+
+/// How many packets from the start of `packets` can leave as one GSO send: same loopback
+/// destination, all the size of the first except the last (no larger), at most
+/// [`MAX_BATCH`] and [`GSO_MAX_BYTES`] in all. 1 means send it alone.
+fn gso_run(packets: &[OutPacket]) -> usize {
+    let Some(head) = packets.first() else {
+        return 0;
+    };
+    if !head.dst_ip.is_loopback() {
+        return 1;
+    }
+    let seg = head.bytes.len();
+    let dst = dst_of(head);
+    let mut n = 1;
+    let mut total = seg;
+    while n < packets.len() && n < MAX_BATCH {
+        let p = &packets[n];
+        let len = p.bytes.len();
+        if dst_of(p) != dst || len > seg || total + len > GSO_MAX_BYTES {
+            break;
+        }
+        n += 1;
+        total += len;
+        if len < seg {
+            break; // a shorter one can only end the run
+        }
+    }
+    n
+}
+
 impl Link for UdpLink {
     fn local_addr(&self) -> SocketAddr {
         self.local
@@ -108,26 +225,199 @@ impl Link for UdpLink {
     }
 
     fn recv(&self, timeout: Duration) -> io::Result<Option<InDatagram>> {
-        self.socket
-            .set_read_timeout(Some(timeout.max(Duration::from_micros(1))))?;
-        let mut buf = [0u8; MAX_DATAGRAM_BYTES];
-        match self.socket.recv_from(&mut buf) {
-            Ok((len, src)) => Ok(Some(InDatagram {
-                src,
-                dst: self.local,
-                payload: buf[..len].to_vec(),
-                ipv4_identification: None,
-            })),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                Ok(None)
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
-            Err(e) => Err(e),
+        if let Some(d) = self.rx.lock().backlog.pop_front() {
+            return Ok(Some(d));
         }
+        if self.wait_readable(timeout)? {
+            // One receive may bring a GRO run: keep what is not returned now.
+            let mut got = Vec::new();
+            self.recv_ready(1, &mut |d| got.push(d.to_owned()))?;
+            let mut rx = self.rx.lock();
+            rx.backlog.extend(got);
+            return Ok(rx.backlog.pop_front());
+        }
+        Ok(None)
+    }
+
+    fn send_batch(&self, packets: &mut [OutPacket]) -> io::Result<()> {
+        for p in packets.iter_mut() {
+            self.finalize(p)?;
+        }
+        let mut first = Ok(());
+        let mut note = |r: io::Result<()>| {
+            if let Err(e) = r {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        };
+        // Packets not in a GSO run wait here and leave together, in order.
+        let mut pending: [(&[u8], SocketAddr); MAX_BATCH] = [(&[][..], self.local); MAX_BATCH];
+        let mut n_pending = 0;
+        let mut i = 0;
+        while i < packets.len() {
+            let run = if self.gso.load(Ordering::Relaxed) {
+                gso_run(&packets[i..])
+            } else {
+                1
+            };
+            if run > 1 {
+                note(self.flush(&pending[..n_pending]));
+                n_pending = 0;
+                let dst = dst_of(&packets[i]);
+                let mut segs: [&[u8]; MAX_BATCH] = [&[][..]; MAX_BATCH];
+                for (slot, p) in segs.iter_mut().zip(&packets[i..i + run]) {
+                    *slot = &p.bytes;
+                }
+                match batch_sys::send_gso(&self.socket, &segs[..run], dst) {
+                    Ok(()) => {}
+                    Err(e) if is_loss(&e) => {}
+                    Err(e) if gso_unsupported(&e) => {
+                        // No GSO here: say so once and send this run the plain way.
+                        self.gso.store(false, Ordering::Relaxed);
+                        tracing::debug!(error = %e, "UDP GSO refused; using sendmmsg");
+                        let list: Vec<(&[u8], SocketAddr)> =
+                            segs[..run].iter().map(|s| (*s, dst)).collect();
+                        note(self.flush(&list));
+                    }
+                    Err(e) => note(Err(e)),
+                }
+                i += run;
+                continue;
+            }
+            if n_pending == MAX_BATCH {
+                note(self.flush(&pending[..n_pending]));
+                n_pending = 0;
+            }
+            pending[n_pending] = (&packets[i].bytes[..], dst_of(&packets[i]));
+            n_pending += 1;
+            i += 1;
+        }
+        note(self.flush(&pending[..n_pending]));
+        first
+    }
+
+    fn pollable(&self) -> bool {
+        true
+    }
+
+    fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
+        batch_sys::wait_readable(&self.socket, timeout)
+    }
+
+    fn recv_ready(&self, max: usize, sink: &mut dyn FnMut(DatagramView<'_>)) -> io::Result<usize> {
+        let mut rx = self.rx.lock();
+        let RxBuffers { slots, backlog } = &mut *rx;
+        let mut total = 0;
+        while let Some(d) = backlog.pop_front() {
+            sink(d.view());
+            total += 1;
+        }
+        while total < max {
+            let want = (max - total).min(slots.capacity());
+            let n = match batch_sys::recv_batch_now(&self.socket, slots, want) {
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    break
+                }
+                // An ICMP error queued for an earlier send: not a receive failure.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+                Err(e) => return Err(e),
+            };
+            for i in 0..n {
+                let (bytes, src) = slots.get(i);
+                let Some(src) = src else { continue };
+                // A GRO slot holds a run of datagrams of `seg` bytes: hand them one by one.
+                let seg = match slots.segment_bytes(i) {
+                    0 => bytes.len().max(1),
+                    seg => seg,
+                };
+                for payload in bytes.chunks(seg) {
+                    sink(DatagramView {
+                        src,
+                        dst: self.local,
+                        payload,
+                        ipv4_identification: None,
+                    });
+                }
+            }
+            total += n;
+            if n < want {
+                break;
+            }
+        }
+        Ok(total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn out(dst: &str, len: usize) -> OutPacket {
+        OutPacket {
+            dst_ip: dst.parse().unwrap(),
+            udp_dst_port: 4791,
+            udp_src_port: 4791,
+            bytes: vec![0; len],
+        }
+    }
+
+    #[test]
+    fn gso_runs_are_equal_sized_loopback_packets_to_one_destination() {
+        // A run is equal sizes, then at most one shorter packet, which ends it: FIRST (with
+        // RETH) takes one MIDDLE as its shorter tail; MIDDLEs then a shorter LAST make a
+        // run; nothing after a shorter packet joins it.
+        let msg = [
+            out("127.0.0.2", 4128),
+            out("127.0.0.2", 4112),
+            out("127.0.0.2", 4112),
+            out("127.0.0.2", 1000),
+            out("127.0.0.2", 1000),
+        ];
+        assert_eq!(gso_run(&msg), 2);
+        assert_eq!(gso_run(&msg[1..]), 3);
+        assert_eq!(gso_run(&msg[3..]), 2);
+        assert_eq!(gso_run(&msg[4..]), 1);
+        // Another destination ends a run; a non-loopback destination never starts one.
+        let mixed = [out("127.0.0.2", 100), out("127.0.0.3", 100)];
+        assert_eq!(gso_run(&mixed), 1);
+        let wire = [out("10.0.0.2", 100), out("10.0.0.2", 100)];
+        assert_eq!(gso_run(&wire), 1);
+        // At most 64 segments and what fits one IPv4 datagram.
+        let many: Vec<OutPacket> = (0..100).map(|_| out("::1", 100)).collect();
+        assert_eq!(gso_run(&many), MAX_BATCH);
+        let big: Vec<OutPacket> = (0..40).map(|_| out("127.0.0.2", 4112)).collect();
+        assert_eq!(gso_run(&big), GSO_MAX_BYTES / 4112);
+        assert_eq!(gso_run(&[]), 0);
+    }
+
+    #[test]
+    fn recv_ready_takes_at_most_max_and_keeps_the_order() {
+        let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let link = UdpLink::bind(ip, 0).unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for i in 0..5u8 {
+            tx.send_to(&[i; 20], link.local_addr()).unwrap();
+        }
+        assert!(link.wait_readable(Duration::from_secs(5)).unwrap());
+        let mut seen = Vec::new();
+        let n = link
+            .recv_ready(2, &mut |d| seen.push(d.payload[0]))
+            .unwrap();
+        assert_eq!((n, seen.clone()), (2, vec![0, 1]));
+        while seen.len() < 5 {
+            link.wait_readable(Duration::from_secs(5)).unwrap();
+            link.recv_ready(64, &mut |d| seen.push(d.payload[0]))
+                .unwrap();
+        }
+        assert_eq!(seen, vec![0, 1, 2, 3, 4]);
+        assert_eq!(link.recv(Duration::from_millis(1)).unwrap(), None);
     }
 }

@@ -13,6 +13,7 @@ pub mod address;
 pub mod completer;
 pub mod counters;
 pub mod output;
+pub mod packet_pool;
 pub mod qp;
 pub mod recv_queue;
 pub mod requester;

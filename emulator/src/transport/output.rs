@@ -104,7 +104,8 @@ impl OutPacket {
         path: &crate::transport::PathInfo,
         repr: &crate::wire::RoceRepr<'_>,
     ) -> Option<Self> {
-        let mut bytes = vec![0u8; repr.buffer_len()];
+        // emit writes every byte (headers, payload, pad, zeroed ICRC): no need to zero.
+        let mut bytes = super::packet_pool::take_for_overwrite(repr.buffer_len());
         repr.emit(&mut bytes).ok()?;
         Some(OutPacket {
             dst_ip: path.dst_ip,

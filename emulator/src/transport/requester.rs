@@ -61,6 +61,11 @@ fn blocked(qp: &TransportQp, index: usize, wqe: &SendWqe) -> bool {
     if qp.req.packet_index > 0 {
         return false;
     }
+    // Only a fenced WQE or one needing a READ/atomic credit looks at those before it: the
+    // scan is as long as the send queue, and a stream of WRITEs or SENDs needs none of it.
+    if !wqe.fenced && !wqe.uses_rd_atomic_credit() {
+        return false;
+    }
     let earlier = (0..index).filter_map(|i| qp.sq.get(i));
     let outstanding_rd_atomic = earlier.filter(|w| w.uses_rd_atomic_credit()).count();
     if wqe.fenced && outstanding_rd_atomic > 0 {

@@ -1,0 +1,131 @@
+//! ACK coalescing across a receive batch: while a thread hands a batch of received
+//! datagrams to QPs, the plain ACKs the responders produce are held, and only the newest per
+//! connection is sent when the batch ends (RC ACKs are cumulative: it acknowledges
+//! everything the older ones did). A held ACK leaves before any other packet of the same
+//! connection, so NAKs, READ responses and atomic ACKs keep their order.
+//!
+//! Why: a stream of small messages asks for an ACK on every message; without this the
+//! responder sends one datagram per message, as many syscalls as the requester.
+
+use std::cell::RefCell;
+use std::net::IpAddr;
+
+use crate::transport::OutPacket;
+
+/// BTH opcode of RC ACKNOWLEDGE.
+const RC_ACKNOWLEDGE: u8 = 0x11;
+/// Offset of the AETH syndrome (right after the 12-byte BTH).
+const AETH_SYNDROME_AT: usize = 12;
+
+thread_local! {
+    /// The held ACKs of the batch this thread is handling; `None` outside a batch.
+    static HELD: RefCell<Option<Vec<OutPacket>>> = const { RefCell::new(None) };
+}
+
+/// The connection an RC packet belongs to: destination and destination QP.
+type Key = (IpAddr, u16, [u8; 3]);
+
+fn key(p: &OutPacket) -> Option<Key> {
+    let qpn = p.bytes.get(5..8)?;
+    Some((p.dst_ip, p.udp_dst_port, [qpn[0], qpn[1], qpn[2]]))
+}
+
+/// A plain ACK (not a NAK, not an atomic acknowledge).
+fn is_plain_ack(p: &OutPacket) -> bool {
+    p.bytes.first() == Some(&RC_ACKNOWLEDGE)
+        && p.bytes
+            .get(AETH_SYNDROME_AT)
+            .is_some_and(|s| s & 0b0110_0000 == 0)
+}
+
+/// Starts holding ACKs in this thread (the start of a receive batch).
+pub(crate) fn begin() {
+    HELD.with(|h| *h.borrow_mut() = Some(Vec::new()));
+}
+
+/// Stops holding and returns what is held (the end of a receive batch): send it.
+pub(crate) fn end() -> Vec<OutPacket> {
+    HELD.with(|h| h.borrow_mut().take()).unwrap_or_default()
+}
+
+/// Inside a batch: moves the plain ACKs of `packets` into the hold (replacing an older ACK
+/// of the same connection, whose bytes go to `dropped`), and returns the held ACKs that must
+/// leave before the rest of `packets` (those of connections that also have other packets
+/// here). Outside a batch: does nothing and returns nothing.
+pub(crate) fn hold(packets: &mut Vec<OutPacket>, dropped: &mut Vec<Vec<u8>>) -> Vec<OutPacket> {
+    HELD.with(|h| {
+        let mut h = h.borrow_mut();
+        let Some(held) = h.as_mut() else {
+            return Vec::new();
+        };
+        let mut first = Vec::new();
+        // Connections with something else to send now: their held ACK goes first.
+        for p in packets.iter().filter(|p| !is_plain_ack(p)) {
+            let k = key(p);
+            if let Some(i) = held.iter().position(|a| key(a) == k) {
+                first.push(held.swap_remove(i));
+            }
+        }
+        let mut i = 0;
+        while i < packets.len() {
+            if !is_plain_ack(&packets[i]) {
+                i += 1;
+                continue;
+            }
+            let ack = packets.remove(i);
+            let k = key(&ack);
+            match held.iter_mut().find(|a| key(a) == k) {
+                Some(older) => dropped.push(std::mem::replace(older, ack).bytes),
+                None => held.push(ack),
+            }
+        }
+        first
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn packet(opcode: u8, qpn: u8, syndrome: u8, psn: u8) -> OutPacket {
+        let mut bytes = vec![0u8; 20];
+        bytes[0] = opcode;
+        bytes[7] = qpn;
+        bytes[11] = psn;
+        bytes[12] = syndrome;
+        OutPacket {
+            dst_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            udp_dst_port: 4791,
+            udp_src_port: 4791,
+            bytes,
+        }
+    }
+
+    #[test]
+    fn only_the_newest_ack_per_connection_leaves_and_other_packets_keep_their_order() {
+        let mut dropped = Vec::new();
+        // Outside a batch nothing is held.
+        let mut v = vec![packet(0x11, 1, 0, 1)];
+        assert!(hold(&mut v, &mut dropped).is_empty());
+        assert_eq!(v.len(), 1);
+
+        begin();
+        let mut v = vec![packet(0x11, 1, 0, 1), packet(0x11, 2, 0, 1)];
+        assert!(hold(&mut v, &mut dropped).is_empty());
+        assert!(v.is_empty());
+        let mut v = vec![packet(0x11, 1, 0, 2)];
+        hold(&mut v, &mut dropped);
+        assert_eq!(dropped.len(), 1, "the older ACK of QP 1 is superseded");
+        // A NAK of QP 2 (syndrome 0x60): QP 2's held ACK must leave before it.
+        let mut v = vec![packet(0x11, 2, 0x60, 3)];
+        let first = hold(&mut v, &mut dropped);
+        assert_eq!(first.len(), 1);
+        assert_eq!((first[0].bytes[7], first[0].bytes[11]), (2, 1));
+        assert_eq!(v.len(), 1, "the NAK is not held");
+        let rest = end();
+        assert_eq!(rest.len(), 1);
+        assert_eq!((rest[0].bytes[7], rest[0].bytes[11]), (1, 2));
+        assert!(end().is_empty());
+    }
+}

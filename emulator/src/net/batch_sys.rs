@@ -1,0 +1,391 @@
+//! Batched datagram syscalls socket2 does not offer: sendmmsg(2), recvmmsg(2), and the UDP
+//! GSO / GRO socket options. FFI, like [`super::sys`]: one of the places the emulator may
+//! use `unsafe`; everything it exports is safe.
+//!
+//! Why: one syscall per datagram is most of what a soft-RoCE data path costs. Batching
+//! amortises the syscall entry over up to [`MAX_BATCH`] datagrams; GSO lets the kernel cut
+//! one large buffer into equal segments.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+
+use socket2::SockAddr;
+
+/// Most datagrams per sendmmsg / recvmmsg call (the kernel's UIO_MAXIOV is 1024; beyond a
+/// few dozen the gain is nil).
+pub const MAX_BATCH: usize = 64;
+
+/// Room for the control messages a receive may carry (UDP_GRO's int), in u64 words so that
+/// the buffer is aligned for `cmsghdr`.
+const CTRL_WORDS: usize = 8;
+
+/// Sends `datagrams` (bytes, destination) with as few sendmmsg calls as possible; returns
+/// how many the kernel took (a full socket buffer stops a call early, which is loss to a
+/// datagram protocol: the caller decides). Allocates nothing: the headers live on the stack.
+pub fn send_batch(socket: &impl AsRawFd, datagrams: &[(&[u8], SocketAddr)]) -> io::Result<usize> {
+    let mut sent = 0;
+    for chunk in datagrams.chunks(MAX_BATCH) {
+        // Only the entries used are written: zeroing whole arrays (8 KiB of addresses) cost
+        // more than the call when a batch holds one datagram.
+        let mut addrs = [const { MaybeUninit::<libc::sockaddr_storage>::uninit() }; MAX_BATCH];
+        let mut iovs = [const { MaybeUninit::<libc::iovec>::uninit() }; MAX_BATCH];
+        let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; MAX_BATCH];
+        for (i, (bytes, dst)) in chunk.iter().enumerate() {
+            let sa = SockAddr::from(*dst);
+            let addr = addrs[i].as_mut_ptr();
+            // SAFETY: `sa` holds `sa.len()` valid bytes of a sockaddr, at most the size of
+            // sockaddr_storage, copied into this entry's own storage; they do not overlap.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    sa.as_ptr().cast::<u8>(),
+                    addr.cast::<u8>(),
+                    sa.len() as usize,
+                )
+            };
+            let iov = iovs[i].write(libc::iovec {
+                iov_base: bytes.as_ptr() as *mut libc::c_void,
+                iov_len: bytes.len(),
+            });
+            // SAFETY: mmsghdr is plain old data; all-zero is a valid empty header.
+            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            m.msg_hdr.msg_name = addr.cast();
+            m.msg_hdr.msg_namelen = sa.len();
+            m.msg_hdr.msg_iov = iov as *mut libc::iovec;
+            m.msg_hdr.msg_iovlen = 1;
+            msgs[i].write(m);
+        }
+        // SAFETY: the first `chunk.len()` headers were written above and point at iovecs and
+        // sockaddrs on this stack frame and at the caller's buffers, all alive until the call
+        // returns; the kernel reads no further entries.
+        let rc = unsafe {
+            libc::sendmmsg(
+                socket.as_raw_fd(),
+                msgs.as_mut_ptr().cast::<libc::mmsghdr>(),
+                chunk.len() as libc::c_uint,
+                0,
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if sent > 0 {
+                return Ok(sent);
+            }
+            return Err(e);
+        }
+        sent += rc as usize;
+        if (rc as usize) < chunk.len() {
+            break;
+        }
+    }
+    Ok(sent)
+}
+
+/// Waits up to `timeout` until `socket` has something to receive, without receiving it;
+/// `Ok(false)` on timeout (or an interrupted wait).
+pub fn wait_readable(socket: &impl AsRawFd, timeout: std::time::Duration) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: socket.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // ppoll, not poll: waits shorter than a millisecond matter here.
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: one pollfd and one timespec, alive for the call; no signal mask.
+    let rc = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(e);
+    }
+    Ok(rc > 0)
+}
+
+/// Buffers for [`recv_batch`]: `count` slots of `slot_bytes` each, allocated once.
+pub struct RecvSlots {
+    data: Vec<u8>,
+    slot_bytes: usize,
+    lens: Vec<usize>,
+    /// Control messages per slot (where UDP GRO reports its segment size).
+    ctrl: Vec<[u64; CTRL_WORDS]>,
+    /// Segment size of a slot holding GRO-coalesced datagrams, 0 for a plain datagram.
+    segs: Vec<usize>,
+    addrs: Vec<libc::sockaddr_storage>,
+    addr_lens: Vec<libc::socklen_t>,
+}
+
+impl RecvSlots {
+    /// `count` (at most [`MAX_BATCH`]) slots of `slot_bytes`.
+    pub fn new(count: usize, slot_bytes: usize) -> RecvSlots {
+        let count = count.clamp(1, MAX_BATCH);
+        RecvSlots {
+            data: vec![0; count * slot_bytes],
+            slot_bytes,
+            lens: vec![0; count],
+            ctrl: vec![[0; CTRL_WORDS]; count],
+            segs: vec![0; count],
+            // SAFETY: sockaddr_storage is plain old data; zero is a valid value.
+            addrs: vec![unsafe { std::mem::zeroed() }; count],
+            addr_lens: vec![0; count],
+        }
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// The GRO segment size of slot `i` of the last receive: its bytes are datagrams of
+    /// this size back to back (the last may be shorter); 0 when it holds one datagram.
+    pub fn segment_bytes(&self, i: usize) -> usize {
+        self.segs[i]
+    }
+
+    /// Datagram `i` of the last [`recv_batch`]: its bytes and its sender.
+    pub fn get(&self, i: usize) -> (&[u8], Option<SocketAddr>) {
+        let start = i * self.slot_bytes;
+        let bytes = &self.data[start..start + self.lens[i]];
+        // SAFETY: the kernel wrote a sockaddr of `addr_lens[i]` bytes (at most the storage
+        // size) into `addrs[i]`.
+        let addr = unsafe { SockAddr::new(self.addrs[i], self.addr_lens[i]) };
+        (bytes, addr.as_socket())
+    }
+}
+
+/// Receives up to `slots.capacity()` datagrams with one recvmmsg, waiting (per the socket's
+/// receive timeout) for the first only; returns how many arrived. Truncated datagrams are
+/// reported at the slot size. `WouldBlock` / `TimedOut` when none came.
+pub fn recv_batch(socket: &impl AsRawFd, slots: &mut RecvSlots) -> io::Result<usize> {
+    let n = slots.capacity();
+    recv_batch_flags(socket, slots, n, libc::MSG_WAITFORONE)
+}
+
+/// Like [`recv_batch`] but never waits, and takes at most `limit` datagrams: `WouldBlock`
+/// when nothing is there.
+pub fn recv_batch_now(
+    socket: &impl AsRawFd,
+    slots: &mut RecvSlots,
+    limit: usize,
+) -> io::Result<usize> {
+    recv_batch_flags(socket, slots, limit, libc::MSG_DONTWAIT)
+}
+
+fn recv_batch_flags(
+    socket: &impl AsRawFd,
+    slots: &mut RecvSlots,
+    limit: usize,
+    flags: libc::c_int,
+) -> io::Result<usize> {
+    let n = slots.capacity().min(limit).max(1);
+    let slot = slots.slot_bytes;
+    // SAFETY: plain old data; all-zero is a valid value of each.
+    let mut iovs: [libc::iovec; MAX_BATCH] = unsafe { std::mem::zeroed() };
+    let mut msgs: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
+    let base = slots.data.as_mut_ptr();
+    for i in 0..n {
+        iovs[i] = libc::iovec {
+            // SAFETY: slot i lies inside `data` (n slots of `slot` bytes).
+            iov_base: unsafe { base.add(i * slot) }.cast(),
+            iov_len: slot,
+        };
+        msgs[i].msg_hdr.msg_name = (&mut slots.addrs[i] as *mut libc::sockaddr_storage).cast();
+        msgs[i].msg_hdr.msg_namelen =
+            std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        msgs[i].msg_hdr.msg_iov = &mut iovs[i] as *mut libc::iovec;
+        msgs[i].msg_hdr.msg_iovlen = 1;
+        msgs[i].msg_hdr.msg_control = slots.ctrl[i].as_mut_ptr().cast();
+        msgs[i].msg_hdr.msg_controllen = std::mem::size_of::<[u64; CTRL_WORDS]>() as _;
+    }
+    // SAFETY: the first n headers point at live iovecs over `data`, sockaddr_storages and
+    // control buffers of the sizes given; no timeout pointer.
+    let rc = unsafe {
+        libc::recvmmsg(
+            socket.as_raw_fd(),
+            msgs.as_mut_ptr(),
+            n as libc::c_uint,
+            flags,
+            std::ptr::null_mut(),
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let got = rc as usize;
+    for (i, m) in msgs.iter().take(got).enumerate() {
+        slots.lens[i] = (m.msg_len as usize).min(slot);
+        slots.addr_lens[i] = m.msg_hdr.msg_namelen;
+        slots.segs[i] = gro_segment(&m.msg_hdr);
+    }
+    Ok(got)
+}
+
+/// The UDP_GRO segment size a received message reports, 0 if none.
+fn gro_segment(hdr: &libc::msghdr) -> usize {
+    // SAFETY: `hdr` is a header the kernel filled, its control pointer and length describe
+    // our control buffer; the CMSG macros walk only within it.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(hdr);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
+                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                return v.max(0) as usize;
+            }
+            c = libc::CMSG_NXTHDR(hdr, c);
+        }
+    }
+    0
+}
+
+/// Sends `segments` (each exactly `segments[0].len()` bytes but the last, which may be
+/// shorter) to `dst` as ONE UDP GSO send: the kernel cuts them apart again (or, towards a
+/// GRO socket on this host, delivers them in one piece). Errors are the kernel's; a
+/// kernel without UDP GSO answers EINVAL, ENOPROTOOPT or EIO, and the caller falls back.
+pub fn send_gso(socket: &impl AsRawFd, segments: &[&[u8]], dst: SocketAddr) -> io::Result<()> {
+    if segments.is_empty() || segments.len() > MAX_BATCH {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    let seg = segments[0].len() as u16;
+    let mut iovs = [const { MaybeUninit::<libc::iovec>::uninit() }; MAX_BATCH];
+    for (iov, s) in iovs.iter_mut().zip(segments) {
+        iov.write(libc::iovec {
+            iov_base: s.as_ptr() as *mut libc::c_void,
+            iov_len: s.len(),
+        });
+    }
+    let sa = SockAddr::from(dst);
+    let mut ctrl = [0u64; CTRL_WORDS];
+    // SAFETY: plain old data; all-zero is a valid value.
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    hdr.msg_name = sa.as_ptr() as *mut libc::c_void;
+    hdr.msg_namelen = sa.len();
+    // The first `segments.len()` iovecs were written above; the kernel reads no others.
+    hdr.msg_iov = iovs.as_mut_ptr().cast::<libc::iovec>();
+    hdr.msg_iovlen = segments.len() as _;
+    hdr.msg_control = ctrl.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is arithmetic on the payload size.
+    hdr.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as _;
+    // SAFETY: the control buffer is 64 aligned bytes, more than CMSG_SPACE(2); the header
+    // written and the u16 after it lie inside it.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&hdr);
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = libc::UDP_SEGMENT;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+    }
+    // SAFETY: the header points at the sockaddr, iovecs and control buffer above and the
+    // caller's segments, all alive for the call.
+    let rc = unsafe { libc::sendmsg(socket.as_raw_fd(), &hdr, 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Turns on UDP GSO for every send of `socket`: a send of more than `segment_bytes` leaves
+/// as datagrams of `segment_bytes` (the last may be shorter). `Unsupported`-style errors
+/// (ENOPROTOOPT, EINVAL) on kernels without it: the caller falls back.
+pub fn set_udp_segment(socket: &impl AsRawFd, segment_bytes: u16) -> io::Result<()> {
+    set_int(
+        socket,
+        libc::SOL_UDP,
+        libc::UDP_SEGMENT,
+        segment_bytes as libc::c_int,
+    )
+}
+
+/// Turns on UDP GRO receive coalescing: one receive may return several equal datagrams
+/// back to back.
+pub fn set_udp_gro(socket: &impl AsRawFd, on: bool) -> io::Result<()> {
+    set_int(socket, libc::SOL_UDP, libc::UDP_GRO, on as libc::c_int)
+}
+
+fn set_int(
+    socket: &impl AsRawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: a live fd, a pointer to a c_int that outlives the call and its exact size.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+    use std::time::Duration;
+
+    #[test]
+    fn a_batch_goes_out_and_comes_back_in_order() {
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+        b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let dst = b.local_addr().unwrap();
+        let bufs: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 100 + i as usize]).collect();
+        let list: Vec<(&[u8], SocketAddr)> = bufs.iter().map(|b| (b.as_slice(), dst)).collect();
+        assert_eq!(send_batch(&a, &list).unwrap(), 10);
+        let mut slots = RecvSlots::new(16, 2048);
+        let mut seen = Vec::new();
+        while seen.len() < 10 {
+            let n = recv_batch(&b, &mut slots).unwrap();
+            for i in 0..n {
+                let (bytes, src) = slots.get(i);
+                assert_eq!(src, Some(a.local_addr().unwrap()));
+                seen.push(bytes.to_vec());
+            }
+        }
+        assert_eq!(seen, bufs);
+    }
+
+    #[test]
+    fn a_gso_send_arrives_as_its_datagrams() {
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+        b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let gro = set_udp_gro(&b, true).is_ok();
+        let segs: Vec<Vec<u8>> = (0..5u8)
+            .map(|i| vec![i; if i == 4 { 300 } else { 1000 }])
+            .collect();
+        let list: Vec<&[u8]> = segs.iter().map(|s| s.as_slice()).collect();
+        if send_gso(&a, &list, b.local_addr().unwrap()).is_err() {
+            return; // no UDP GSO in this kernel: the link falls back to sendmmsg
+        }
+        let mut slots = RecvSlots::new(8, 65536);
+        let mut seen = Vec::new();
+        while seen.len() < 5 {
+            let n = recv_batch(&b, &mut slots).unwrap();
+            for i in 0..n {
+                let (bytes, _) = slots.get(i);
+                let seg = slots.segment_bytes(i);
+                if seg == 0 {
+                    seen.push(bytes.to_vec());
+                } else {
+                    assert!(gro);
+                    seen.extend(bytes.chunks(seg).map(|c| c.to_vec()));
+                }
+            }
+        }
+        assert_eq!(seen, segs);
+    }
+}

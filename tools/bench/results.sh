@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Regenerates the benchmark table of README.md: runs each target benchmark of issue 7 with
+# `softverbs perf` (bandwidth runs with the raw UDP baseline measured in the same command),
+# REPEAT times, and prints a markdown table of the medians with the command of each row.
+#
+#   tools/bench/results.sh            # build, run, print the table (a few minutes)
+#   REPEAT=5 tools/bench/results.sh   # more repetitions on a noisy machine
+#
+# Traffic stays on 127.0.0.0/8; every run is bounded by its iteration count.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+REPEAT=${REPEAT:-3}
+cargo build --release -q -p softverbs-tools
+BIN=target/release/softverbs
+
+# median of the numbers on stdin
+median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+
+# bench "perf args": runs it REPEAT times, keeping each JSON document (one per line)
+bench() {
+  local args=$1 file
+  file="$OUT/$(echo "$args" | tr -c 'a-zA-Z0-9' _)"
+  : >"$file"
+  for _ in $(seq "$REPEAT"); do
+    # shellcheck disable=SC2086
+    "$BIN" perf $args --json 2>/dev/null >>"$file"
+  done
+}
+
+# run "perf args" "python expression on d": median over the runs of `bench` (made on first use)
+run() {
+  local args=$1 expr=$2 file
+  file="$OUT/$(echo "$args" | tr -c 'a-zA-Z0-9' _)"
+  [ -s "$file" ] || bench "$args"
+  python3 -c "
+import json, sys
+for line in open(sys.argv[1]):
+    d = json.loads(line)
+    print($expr)" "$file" | median
+}
+
+r=() # rows
+row() { r+=("| $1 | \`softverbs perf $2\` | $3 | $4 | $5 |"); }
+
+A="write_bw --loopback -s 65536 -n 20000 --baseline"
+bw=$(run "$A" 'd["results"][0]["bw_avg_mbs"]')
+ratio=$(run "$A" 'd["results"][0]["ratio_to_udp"]*100')
+base=$(run "$A" 'd["baseline"][0]["bw_mbs"]')
+row "WRITE 64 KiB, UDP" "$A" "$(printf '%.0f MB/s' "$bw")" "$(printf '%.0f%% of raw UDP GSO+GRO (%.0f MB/s)' "$ratio" "$base")" ">= 70%"
+
+A="write_bw --loopback --link inproc -s 65536 -n 20000"
+bw=$(run "$A" 'd["results"][0]["bw_avg_mbs"]')
+row "WRITE 64 KiB, in-process link" "$A" "$(printf '%.0f MB/s' "$bw")" "no sockets" ">= 3000 MB/s"
+
+A="send_lat --loopback -s 8 -n 5000 --baseline"
+lat=$(run "$A" 'd["results"][0]["t_typical_us"]')
+ratio=$(run "$A" 'd["results"][0]["ratio_to_udp"]')
+base=$(run "$A" 'd["baseline"][0]["half_rtt_us"]')
+row "SEND 8 B latency (median half RTT), UDP" "$A" "$(printf '%.1f us' "$lat")" "$(printf '%.2fx raw UDP ping-pong (%.1f us)' "$ratio" "$base")" "<= 1.5x"
+
+A="write_bw --loopback -s 64 -n 200000 --baseline"
+rate=$(run "$A" 'd["results"][0]["msg_rate_mpps"]')
+mm=$(run "$A" '[m["mpps"] for m in d["baseline"][0]["methods"] if m["method"].startswith("sendmmsg")][0]')
+gso=$(run "$A" '[m["mpps"] for m in d["baseline"][0]["methods"] if m["method"].startswith("GSO")][0]')
+row "WRITE 64 B message rate, UDP" "$A" "$(printf '%.3f Mpps' "$rate")" "$(printf 'raw UDP: %.2f Mpps sendmmsg, %.2f Mpps GSO+GRO' "$mm" "$gso")" "report"
+
+A="write_bw --loopback --link inproc -s 64 -n 300000"
+rate=$(run "$A" 'd["results"][0]["msg_rate_mpps"]')
+row "WRITE 64 B message rate, in-process link" "$A" "$(printf '%.3f Mpps' "$rate")" "no sockets" ">= 1 Mpps"
+
+A1="write_bw --loopback --link inproc -s 64 -q 1 -t 16 -Q 8 -n 300000"
+A2="write_bw --loopback --link inproc -s 64 -q 1000 -t 16 -Q 8 -n 300"
+one=$(run "$A1" 'd["results"][0]["msg_rate_mpps"]')
+many=$(run "$A2" 'd["results"][0]["msg_rate_mpps"]')
+row "1,000 QPs round-robin, WRITE 64 B, in-process" "$A2" "$(printf '%.3f Mpps' "$many")" "$(python3 -c "print(f'per-message cost {$one/$many:.2f}x of 1 QP ({$one:.3f} Mpps)')")" "<= 1.2x"
+
+A1="write_bw --loopback -s 64 -q 1 -t 16 -Q 8 -n 300"
+A2="write_bw --loopback -s 64 -q 1000 -t 16 -Q 8 -n 300"
+one=$(run "$A1" 'd["rss_connected_bytes"]-d["rss_before_bytes"]')
+many=$(run "$A2" 'd["rss_connected_bytes"]-d["rss_before_bytes"]')
+row "Memory per idle connected QP" "$A2" "$(python3 -c "print(f'{($many-$one)/999/2/1024:.1f} KiB')")" "RSS growth of 1,000 QP pairs over 1, halved" "bounded, documented"
+
+echo "Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(uname -sr), load average $(cut -d' ' -f1-3 /proc/loadavg) at the end; medians of $REPEAT runs."
+echo
+echo "| benchmark | command | result | vs baseline | target |"
+echo "|---|---|---|---|---|"
+printf '%s\n' "${r[@]}"

@@ -1,0 +1,390 @@
+//! The command line of `softverbs perf`, named after perftest's options where perftest has
+//! one, and its checks: every bad value is a clear error, never a panic.
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+/// The tests: perftest's programs, plus the raw UDP baseline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TestKind {
+    /// RDMA WRITE bandwidth (ib_write_bw).
+    #[value(name = "write_bw", alias = "write-bw")]
+    WriteBw,
+    /// RDMA WRITE latency, half round trip of a write ping-pong (ib_write_lat).
+    #[value(name = "write_lat", alias = "write-lat")]
+    WriteLat,
+    /// RDMA READ bandwidth (ib_read_bw).
+    #[value(name = "read_bw", alias = "read-bw")]
+    ReadBw,
+    /// RDMA READ latency, full round trip (ib_read_lat).
+    #[value(name = "read_lat", alias = "read-lat")]
+    ReadLat,
+    /// SEND bandwidth (ib_send_bw).
+    #[value(name = "send_bw", alias = "send-bw")]
+    SendBw,
+    /// SEND latency, half round trip of a send ping-pong (ib_send_lat).
+    #[value(name = "send_lat", alias = "send-lat")]
+    SendLat,
+    /// FETCH_AND_ADD bandwidth (ib_atomic_bw).
+    #[value(name = "atomic_bw", alias = "atomic-bw")]
+    AtomicBw,
+    /// FETCH_AND_ADD latency, full round trip (ib_atomic_lat).
+    #[value(name = "atomic_lat", alias = "atomic-lat")]
+    AtomicLat,
+    /// Raw UDP on the same loopback path: bandwidth and ping-pong half round trip.
+    #[value(name = "udp-baseline", alias = "udp_baseline")]
+    UdpBaseline,
+}
+
+/// The verb a test exercises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    /// RDMA WRITE.
+    Write,
+    /// RDMA READ.
+    Read,
+    /// SEND / RECV.
+    Send,
+    /// FETCH_AND_ADD.
+    Atomic,
+}
+
+impl TestKind {
+    /// The verb, or `None` for the UDP baseline.
+    pub fn verb(self) -> Option<Verb> {
+        match self {
+            TestKind::WriteBw | TestKind::WriteLat => Some(Verb::Write),
+            TestKind::ReadBw | TestKind::ReadLat => Some(Verb::Read),
+            TestKind::SendBw | TestKind::SendLat => Some(Verb::Send),
+            TestKind::AtomicBw | TestKind::AtomicLat => Some(Verb::Atomic),
+            TestKind::UdpBaseline => None,
+        }
+    }
+
+    /// A latency test (otherwise bandwidth).
+    pub fn is_latency(self) -> bool {
+        matches!(
+            self,
+            TestKind::WriteLat | TestKind::ReadLat | TestKind::SendLat | TestKind::AtomicLat
+        )
+    }
+
+    /// The name printed and put in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            TestKind::WriteBw => "write_bw",
+            TestKind::WriteLat => "write_lat",
+            TestKind::ReadBw => "read_bw",
+            TestKind::ReadLat => "read_lat",
+            TestKind::SendBw => "send_bw",
+            TestKind::SendLat => "send_lat",
+            TestKind::AtomicBw => "atomic_bw",
+            TestKind::AtomicLat => "atomic_lat",
+            TestKind::UdpBaseline => "udp-baseline",
+        }
+    }
+}
+
+/// Which link the one-process mode puts its two devices on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LinkKind {
+    /// UDP sockets on 127.0.0.1 and 127.0.0.2, port 4791.
+    Udp,
+    /// The in-process channel network: no sockets at all.
+    Inproc,
+}
+
+/// Arguments of `softverbs perf`.
+#[derive(clap::Args, Debug)]
+pub struct PerfArgs {
+    /// The test.
+    pub test: TestKind,
+    /// The server to connect to (client mode); without it and without --loopback this
+    /// process is the server and waits for a client.
+    pub server: Option<String>,
+    /// Both sides in this process (a server thread and the client), no second process.
+    #[arg(long)]
+    pub loopback: bool,
+    /// The link of --loopback's two devices.
+    #[arg(long, value_enum, default_value = "udp")]
+    pub link: LinkKind,
+    /// Device to use (default: softrxe0 for the server, softrxe1 for the client).
+    #[arg(short = 'd', long = "ib-dev")]
+    pub device: Option<String>,
+    /// TCP port of the out-of-band exchange (perftest's default).
+    #[arg(short = 'p', long, default_value_t = 18515)]
+    pub port: u16,
+    /// Message size in bytes (default 65536 for bandwidth, 2 for latency, 8 for atomics).
+    #[arg(short = 's', long)]
+    pub size: Option<usize>,
+    /// Sweep sizes 2, 4, ... up to --max-size (perftest's -a).
+    #[arg(short = 'a', long = "all")]
+    pub all: bool,
+    /// Largest size of the -a sweep.
+    #[arg(long, default_value_t = 1 << 23)]
+    pub max_size: usize,
+    /// Iterations per QP (default 5000 for bandwidth, 1000 for latency).
+    #[arg(short = 'n', long)]
+    pub iters: Option<u64>,
+    /// Run for this many seconds per size instead of a fixed iteration count.
+    #[arg(short = 'D', long)]
+    pub duration: Option<f64>,
+    /// Number of QPs, driven round-robin.
+    #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    pub qps: u32,
+    /// WRs in flight per QP (bandwidth tests).
+    #[arg(short = 't', long, default_value_t = 128)]
+    pub tx_depth: u32,
+    /// WRs per post call.
+    #[arg(short = 'l', long, default_value_t = 1)]
+    pub post_list: u32,
+    /// One signaled WR every this many (the others complete with it).
+    #[arg(short = 'Q', long, default_value_t = 100)]
+    pub cq_mod: u32,
+    /// Completions taken per poll call.
+    #[arg(long, default_value_t = 16)]
+    pub poll_batch: u32,
+    /// Send messages up to this size inline (WRITE and SEND).
+    #[arg(short = 'I', long, default_value_t = 0)]
+    pub inline_size: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(short = 'm', long, default_value_t = 4096)]
+    pub mtu: u32,
+    /// Also run the raw UDP baseline (same packet size and batching) and print each result
+    /// as a ratio to it (--loopback over the UDP link or in-process link).
+    #[arg(long)]
+    pub baseline: bool,
+    /// Machine-readable output (one JSON document on stdout).
+    #[arg(long)]
+    pub json: bool,
+    /// Server only: do not check the received data against softverbs' test pattern (for
+    /// a client that is real perftest, whose buffer holds its own bytes).
+    #[arg(long)]
+    pub no_verify: bool,
+}
+
+/// Where this process stands.
+#[derive(Debug, Clone)]
+pub enum Role {
+    /// Waits for a client on the TCP port.
+    Server,
+    /// Connects to a server.
+    Client(SocketAddr),
+    /// Both, in one process.
+    Loopback,
+}
+
+/// The checked settings of a run.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The test.
+    pub test: TestKind,
+    /// Sizes to run, in order.
+    pub sizes: Vec<usize>,
+    /// Iterations per QP (ignored when `duration` is set).
+    pub iters: u64,
+    /// Run length per size, if by time.
+    pub duration: Option<Duration>,
+    /// QPs.
+    pub qps: u32,
+    /// WRs in flight per QP.
+    pub tx_depth: u32,
+    /// WRs per post call.
+    pub post_list: u32,
+    /// Signal every this many WRs.
+    pub cq_mod: u32,
+    /// Completions per poll call.
+    pub poll_batch: u32,
+    /// Inline up to this many bytes.
+    pub inline_size: u32,
+    /// Path MTU in bytes.
+    pub mtu: u32,
+    /// Where this process stands.
+    pub role: Role,
+    /// The link of the loopback mode.
+    pub link: LinkKind,
+    /// Device name, if given.
+    pub device: Option<String>,
+    /// TCP port.
+    pub port: u16,
+    /// Run the UDP baseline too.
+    pub baseline: bool,
+    /// JSON output.
+    pub json: bool,
+    /// Skip the server's data checks.
+    pub no_verify: bool,
+}
+
+/// Largest message: what one RC message may be (the port's max_msg_sz is 2^31) capped to
+/// what a benchmark buffer reasonably takes.
+pub const MAX_SIZE: usize = 1 << 30;
+/// Most QPs (the device allows 65536; two sides each hold them in one process).
+pub const MAX_QPS: u32 = 16_384;
+/// Most WRs in flight per QP (the device's max_qp_wr).
+pub const MAX_TX_DEPTH: u32 = 0x4000;
+/// Longest run per size.
+pub const MAX_DURATION_S: f64 = 3600.0;
+/// Largest inline size the device grants.
+pub const MAX_INLINE: u32 = 400;
+
+fn bad(msg: impl Into<String>) -> String {
+    msg.into()
+}
+
+impl PerfArgs {
+    /// Checks the arguments; a message for the user if something is wrong.
+    pub fn settings(&self) -> Result<Settings, String> {
+        let test = self.test;
+        let default_size = match test.verb() {
+            Some(Verb::Atomic) => 8,
+            _ if test.is_latency() => 2,
+            _ => 65536,
+        };
+        if test.verb() == Some(Verb::Atomic) && self.size.is_some_and(|s| s != 8) {
+            return Err(bad("atomic tests move 8 bytes: -s must be 8 (or left out)"));
+        }
+        let sizes = if self.all {
+            if test.verb() == Some(Verb::Atomic) {
+                return Err(bad("-a makes no sense for atomic tests (always 8 bytes)"));
+            }
+            if self.size.is_some() {
+                return Err(bad("give either -s or -a, not both"));
+            }
+            if !(2..=MAX_SIZE).contains(&self.max_size) {
+                return Err(bad(format!("--max-size must be in 2..={MAX_SIZE}")));
+            }
+            let mut v = Vec::new();
+            let mut s = 2usize;
+            while s <= self.max_size {
+                v.push(s);
+                s *= 2;
+            }
+            v
+        } else {
+            let s = self.size.unwrap_or(default_size);
+            if s > MAX_SIZE {
+                return Err(bad(format!("-s {s} is above {MAX_SIZE} bytes")));
+            }
+            if s == 0 && matches!(test, TestKind::WriteLat) {
+                return Err(bad(
+                    "write_lat needs at least 1 byte (it polls the last one)",
+                ));
+            }
+            if s == 0 && test == TestKind::UdpBaseline {
+                return Err(bad("udp-baseline needs at least 1 byte"));
+            }
+            vec![s]
+        };
+        let iters = self
+            .iters
+            .unwrap_or(if test.is_latency() { 1000 } else { 5000 });
+        if iters == 0 || iters > 1 << 40 {
+            return Err(bad("-n must be in 1..=2^40"));
+        }
+        let duration = match self.duration {
+            None => None,
+            Some(d) if d.is_finite() && d > 0.0 && d <= MAX_DURATION_S => {
+                Some(Duration::from_secs_f64(d))
+            }
+            Some(d) => {
+                return Err(bad(format!(
+                    "-D {d}: give seconds in (0, {MAX_DURATION_S}]"
+                )))
+            }
+        };
+        if self.duration.is_some() && self.iters.is_some() {
+            return Err(bad("give either -n or -D, not both"));
+        }
+        if !(1..=MAX_QPS).contains(&self.qps) {
+            return Err(bad(format!("-q must be in 1..={MAX_QPS}")));
+        }
+        if test.is_latency() && self.qps != 1 {
+            return Err(bad(
+                "latency tests run on one QP (as perftest's): leave out -q",
+            ));
+        }
+        if !(1..=MAX_TX_DEPTH).contains(&self.tx_depth) {
+            return Err(bad(format!("-t must be in 1..={MAX_TX_DEPTH}")));
+        }
+        if self.post_list == 0 || self.post_list > self.tx_depth {
+            return Err(bad("-l must be in 1..=tx-depth"));
+        }
+        if self.cq_mod == 0 || self.cq_mod > self.tx_depth.max(1) {
+            return Err(bad("-Q must be in 1..=tx-depth"));
+        }
+        if !(1..=4096).contains(&self.poll_batch) {
+            return Err(bad("--poll-batch must be in 1..=4096"));
+        }
+        if self.inline_size > MAX_INLINE {
+            return Err(bad(format!("-I is at most {MAX_INLINE} bytes")));
+        }
+        if !matches!(self.mtu, 256 | 512 | 1024 | 2048 | 4096) {
+            return Err(bad(format!(
+                "-m {} is not an IB MTU (256 .. 4096)",
+                self.mtu
+            )));
+        }
+        let role = match (&self.server, self.loopback) {
+            (Some(_), true) => return Err(bad("--loopback takes no server address")),
+            (None, true) => Role::Loopback,
+            (None, false) if test == TestKind::UdpBaseline => Role::Loopback,
+            (None, false) => Role::Server,
+            (Some(_), false) if test == TestKind::UdpBaseline => {
+                return Err(bad("udp-baseline runs on loopback in one process only"))
+            }
+            (Some(host), false) => Role::Client(resolve(host, self.port)?),
+        };
+        if self.link == LinkKind::Inproc && !matches!(role, Role::Loopback) {
+            return Err(bad(
+                "--link inproc needs --loopback (both devices in this process)",
+            ));
+        }
+        if self.no_verify && !matches!(role, Role::Server) {
+            return Err(bad("--no-verify is for a server facing real perftest"));
+        }
+        if self.baseline && !matches!(role, Role::Loopback) {
+            return Err(bad(
+                "--baseline needs --loopback (the baseline runs on loopback)",
+            ));
+        }
+        let qp_bytes = sizes.iter().copied().max().unwrap_or(0);
+        if (qp_bytes as u128) * 2 > isize::MAX as u128 {
+            return Err(bad("sizes too large"));
+        }
+        Ok(Settings {
+            test,
+            sizes,
+            iters,
+            duration,
+            qps: self.qps,
+            tx_depth: self.tx_depth,
+            post_list: self.post_list,
+            cq_mod: self.cq_mod,
+            poll_batch: self.poll_batch,
+            inline_size: self.inline_size,
+            mtu: self.mtu,
+            role,
+            link: self.link,
+            device: self.device.clone(),
+            port: self.port,
+            baseline: self.baseline,
+            json: self.json,
+            no_verify: self.no_verify,
+        })
+    }
+}
+
+/// `host` (a name or address, optionally `:port`) with the TCP port.
+fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    if let Ok(sa) = host.parse::<SocketAddr>() {
+        return Ok(sa);
+    }
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{host:?} has no address"))
+}

@@ -1,0 +1,325 @@
+//! The latency tests on QP 0: WRITE and SEND ping-pong (both sides active, half the round
+//! trip reported), READ and FETCH_AND_ADD (the client alone, the whole round trip).
+
+use std::time::{Duration, Instant};
+
+use softverbs::{
+    RecvWr, SendFlags, SendWr, VerbsError, VerbsResult, WcOpcode, WcStatus, WorkCompletion,
+};
+
+use super::args::{Settings, Verb};
+use super::backoff::Backoff;
+use super::bw::{template, verify_pattern};
+use super::progress::Progress;
+use super::report::LatResult;
+use super::setup::{Side, LAT_SIGNAL_EVERY};
+use crate::perftest_oob::{PerftestComm, PerftestKeys};
+
+/// How often a side that waits for its peer looks at the side channel.
+const PEER_CHECK: Duration = Duration::from_millis(1);
+/// Longest wait for one round trip before the run is declared stuck.
+const STUCK: Duration = Duration::from_secs(30);
+
+fn io(message: String) -> VerbsError {
+    VerbsError::Io { errno: 5, message }
+}
+
+/// The tag of round trip `i`: never 0 (the cleared buffer) and different from the last.
+fn tag(i: u64) -> u8 {
+    (i % 255) as u8 + 1
+}
+
+/// Reaps send completions (checking them) and returns the receive completions seen.
+fn reap(
+    side: &Side,
+    wcs: &mut [WorkCompletion],
+    recvs: &mut u64,
+    size: usize,
+) -> VerbsResult<usize> {
+    let k = side.cq.poll(wcs)?;
+    for wc in &wcs[..k] {
+        if wc.status != WcStatus::Success {
+            return Err(io(format!("completion {:#x}: {:?}", wc.wr_id, wc.status)));
+        }
+        if wc.opcode == WcOpcode::Recv {
+            if wc.byte_len as usize != size {
+                return Err(io(format!(
+                    "received {} bytes, expected {size}",
+                    wc.byte_len
+                )));
+            }
+            *recvs += 1;
+        }
+    }
+    Ok(k)
+}
+
+/// The receive WR of SEND ping-pongs (the largest size, so it fits every size).
+fn recv_wr(side: &Side) -> VerbsResult<RecvWr> {
+    Ok(RecvWr {
+        wr_id: 1,
+        sg_list: if side.max_size == 0 {
+            Vec::new()
+        } else {
+            vec![side.mr.sge(0, side.max_size as u32)?]
+        },
+    })
+}
+
+/// Posts the receives of a SEND ping-pong on QP 0.
+pub fn post_ping_receives(side: &Side) -> VerbsResult<()> {
+    let wr = recv_wr(side)?;
+    let list = vec![wr; side.rx_depth as usize];
+    side.qps[0].post_recv(&list).map_err(|e| e.error)
+}
+
+fn last_byte(side: &Side, size: usize) -> VerbsResult<u8> {
+    let mut b = [0u8; 1];
+    side.mr.read(size - 1, &mut b)?;
+    Ok(b[0])
+}
+
+/// One round trip of the client, per test; returns the time it took.
+struct Pinger<'a> {
+    side: &'a Side,
+    verb: Verb,
+    size: usize,
+    wr: SendWr,
+    recv: RecvWr,
+    wcs: Vec<WorkCompletion>,
+    recvs: u64,
+    base_flags: SendFlags,
+}
+
+impl Pinger<'_> {
+    fn post(&mut self, i: u64, signal: bool) -> VerbsResult<()> {
+        self.wr.wr_id = i;
+        self.wr.send_flags = self.base_flags;
+        if signal {
+            self.wr.send_flags |= SendFlags::SIGNALED;
+        }
+        self.side.qps[0]
+            .post_send(std::slice::from_ref(&self.wr))
+            .map_err(|e| e.error)
+    }
+
+    fn round_trip(&mut self, i: u64) -> VerbsResult<()> {
+        let started = Instant::now();
+        let mut backoff = Backoff::new(&self.side.ctx);
+        match self.verb {
+            Verb::Write => {
+                let t = tag(i);
+                self.side
+                    .mr
+                    .write(self.side.src_off + self.size - 1, &[t])?;
+                self.post(i, i % LAT_SIGNAL_EVERY == LAT_SIGNAL_EVERY - 1)?;
+                while last_byte(self.side, self.size)? != t {
+                    let mut r = 0;
+                    reap(self.side, &mut self.wcs, &mut r, self.size)?;
+                    backoff.idle();
+                    if started.elapsed() > STUCK {
+                        return Err(io(format!("no WRITE back for round trip {i}")));
+                    }
+                }
+            }
+            Verb::Send => {
+                let want = self.recvs + 1;
+                self.post(i, i % LAT_SIGNAL_EVERY == LAT_SIGNAL_EVERY - 1)?;
+                while self.recvs < want {
+                    let before = self.recvs;
+                    reap(self.side, &mut self.wcs, &mut self.recvs, self.size)?;
+                    for _ in before..self.recvs {
+                        self.side.qps[0]
+                            .post_recv(std::slice::from_ref(&self.recv))
+                            .map_err(|e| e.error)?;
+                    }
+                    if self.recvs < want {
+                        backoff.idle();
+                        if started.elapsed() > STUCK {
+                            return Err(io(format!("no SEND back for round trip {i}")));
+                        }
+                    }
+                }
+            }
+            Verb::Read | Verb::Atomic => {
+                self.post(i, true)?;
+                loop {
+                    let k = self.side.cq.poll(&mut self.wcs[..1])?;
+                    if k == 1 {
+                        let wc = self.wcs[0];
+                        if wc.status != WcStatus::Success || wc.wr_id != i {
+                            return Err(io(format!("completion {:#x}: {:?}", wc.wr_id, wc.status)));
+                        }
+                        break;
+                    }
+                    backoff.idle();
+                    if started.elapsed() > STUCK {
+                        return Err(io(format!("no completion for round trip {i}")));
+                    }
+                }
+                if self.verb == Verb::Atomic {
+                    // FETCH_AND_ADD returns the counter before the add: i on the i-th one.
+                    let mut b = [0u8; 8];
+                    self.side.mr.read(self.side.src_off, &mut b)?;
+                    let old = u64::from_ne_bytes(b);
+                    if old != i {
+                        return Err(io(format!("FETCH_AND_ADD {i} returned {old}")));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The client side of a latency run of `size` bytes against the peer's QP 0.
+pub fn client(
+    side: &Side,
+    s: &Settings,
+    size: usize,
+    peer: &[PerftestKeys],
+) -> VerbsResult<LatResult> {
+    let verb = s.test.verb().ok_or_else(|| VerbsError::inval("no verb"))?;
+    let inline = size <= s.inline_size as usize;
+    let wr = template(side, verb, size, inline, &peer[0])?;
+    let mut p = Pinger {
+        side,
+        verb,
+        size,
+        base_flags: wr.send_flags,
+        wr,
+        recv: recv_wr(side)?,
+        wcs: vec![WorkCompletion::default(); 16],
+        recvs: 0,
+    };
+    let cap = s.iters.min(1 << 26) as usize;
+    let mut samples: Vec<u64> =
+        Vec::with_capacity(if s.duration.is_some() { 1 << 20 } else { cap });
+    let mut progress = Progress::start(format!("{} {size} B", s.test.name()));
+    let started = Instant::now();
+    let deadline = s.duration.map(|d| started + d);
+    let mut i = 0u64;
+    loop {
+        let t0 = Instant::now();
+        if deadline.map_or(i >= s.iters, |d| t0 >= d) {
+            break;
+        }
+        p.round_trip(i)?;
+        let t1 = Instant::now();
+        samples.push((t1 - t0).as_nanos() as u64);
+        i += 1;
+        progress.tick(t1, i, deadline.is_none().then_some(s.iters), s.duration, "");
+    }
+    progress.finish();
+    // Reap the signaled sends still in flight so the next size starts clean.
+    let mut r = 0;
+    let quiet = Instant::now();
+    while quiet.elapsed() < Duration::from_millis(2) {
+        reap(side, &mut p.wcs, &mut r, size)?;
+    }
+    let half = matches!(verb, Verb::Write | Verb::Send);
+    let mut result = LatResult::from_samples(size, &mut samples, half);
+    result.verified_bytes = match verb {
+        Verb::Read => verify_pattern(side, side.src_off, size)?,
+        Verb::Atomic => 8 * i,
+        Verb::Write => i,
+        Verb::Send => size as u64 * i,
+    };
+    Ok(result)
+}
+
+/// The server side of a WRITE ping-pong: answers each tag seen in its buffer with the same
+/// tag, until the client reaches the next side-channel exchange; returns the answers.
+pub fn server_write(side: &Side, size: usize, comm: &PerftestComm) -> VerbsResult<u64> {
+    let wr = template_back(side, Verb::Write, size, comm)?;
+    let mut wr = wr;
+    let base = wr.send_flags;
+    let mut wcs = vec![WorkCompletion::default(); 16];
+    let mut i = 0u64;
+    let mut backoff = Backoff::new(&side.ctx);
+    let mut next_check = Instant::now() + PEER_CHECK;
+    loop {
+        let t = tag(i);
+        if last_byte(side, size)? == t {
+            side.mr.write(side.src_off + size - 1, &[t])?;
+            wr.wr_id = i;
+            wr.send_flags = base;
+            if i % LAT_SIGNAL_EVERY == LAT_SIGNAL_EVERY - 1 {
+                wr.send_flags |= SendFlags::SIGNALED;
+            }
+            side.qps[0]
+                .post_send(std::slice::from_ref(&wr))
+                .map_err(|e| e.error)?;
+            i += 1;
+            backoff.reset();
+            continue;
+        }
+        let mut r = 0;
+        reap(side, &mut wcs, &mut r, size)?;
+        let now = Instant::now();
+        if now >= next_check {
+            next_check = now + PEER_CHECK;
+            if comm.peer_waiting()? {
+                return Ok(i);
+            }
+        }
+        backoff.idle();
+    }
+}
+
+/// The server side of a SEND ping-pong: answers each receive with a SEND, until the client
+/// reaches the next side-channel exchange; returns the answers.
+pub fn server_send(side: &Side, size: usize, comm: &PerftestComm) -> VerbsResult<u64> {
+    let mut wr = template_back(side, Verb::Send, size, comm)?;
+    let base = wr.send_flags;
+    let recv = recv_wr(side)?;
+    let mut wcs = vec![WorkCompletion::default(); 16];
+    let mut answered = 0u64;
+    let mut recvs = 0u64;
+    let mut backoff = Backoff::new(&side.ctx);
+    let mut next_check = Instant::now() + PEER_CHECK;
+    loop {
+        reap(side, &mut wcs, &mut recvs, size)?;
+        if recvs > answered {
+            while answered < recvs {
+                side.qps[0]
+                    .post_recv(std::slice::from_ref(&recv))
+                    .map_err(|e| e.error)?;
+                wr.wr_id = answered;
+                wr.send_flags = base;
+                if answered % LAT_SIGNAL_EVERY == LAT_SIGNAL_EVERY - 1 {
+                    wr.send_flags |= SendFlags::SIGNALED;
+                }
+                side.qps[0]
+                    .post_send(std::slice::from_ref(&wr))
+                    .map_err(|e| e.error)?;
+                answered += 1;
+            }
+            backoff.reset();
+            continue;
+        }
+        let now = Instant::now();
+        if now >= next_check {
+            next_check = now + PEER_CHECK;
+            if comm.peer_waiting()? {
+                return Ok(answered);
+            }
+        }
+        backoff.idle();
+    }
+}
+
+/// The server's WR back to the client (the client's QP 0 keys were given at connect time;
+/// the server keeps them in the side channel's peer keys).
+fn template_back(
+    side: &Side,
+    verb: Verb,
+    size: usize,
+    _comm: &PerftestComm,
+) -> VerbsResult<SendWr> {
+    let peer = side
+        .peer
+        .first()
+        .ok_or_else(|| VerbsError::inval("not connected"))?;
+    template(side, verb, size, size <= side.inline_size as usize, peer)
+}

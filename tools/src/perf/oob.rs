@@ -1,0 +1,99 @@
+//! The out-of-band exchange of `softverbs perf`: perftest's TCP side channel
+//! ([`crate::perftest_oob`]) with one keys message per QP, barriers around each size, and
+//! the client's report to the server.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use softverbs::{VerbsError, VerbsResult};
+
+use crate::perftest_oob::{PerftestComm, PerftestKeys};
+
+/// How long a server waits for its client, and a client for a server to appear.
+pub const CONNECT_WAIT: Duration = Duration::from_secs(120);
+/// Longest a side-channel read may block (a peer that died must not hang us forever).
+pub const READ_WAIT: Duration = Duration::from_secs(3600 + 600);
+
+fn io(what: &str, e: std::io::Error) -> VerbsError {
+    VerbsError::Io {
+        errno: e.raw_os_error().unwrap_or(libc_eio()),
+        message: format!("side channel ({what}): {e}"),
+    }
+}
+
+const fn libc_eio() -> i32 {
+    5
+}
+
+/// A listening server socket.
+pub fn listen(addr: SocketAddr) -> VerbsResult<TcpListener> {
+    TcpListener::bind(addr).map_err(|e| io(&format!("listening on {addr}"), e))
+}
+
+/// Waits for one client on `listener`.
+pub fn accept(listener: &TcpListener) -> VerbsResult<PerftestComm> {
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| io("accept", e))?;
+    let deadline = Instant::now() + CONNECT_WAIT;
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => return wrap(stream, false),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() > deadline {
+                    return Err(VerbsError::Io {
+                        errno: 110,
+                        message: format!("no client within {CONNECT_WAIT:?}"),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(io("accept", e)),
+        }
+    }
+}
+
+/// Connects to a server, retrying while it is not up yet.
+pub fn connect(addr: SocketAddr) -> VerbsResult<PerftestComm> {
+    let deadline = Instant::now() + CONNECT_WAIT;
+    loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
+            Ok(stream) => return wrap(stream, true),
+            Err(e) if Instant::now() < deadline => {
+                if e.kind() != std::io::ErrorKind::ConnectionRefused {
+                    return Err(io(&format!("connecting to {addr}"), e));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(io(&format!("connecting to {addr}"), e)),
+        }
+    }
+}
+
+fn wrap(stream: TcpStream, is_client: bool) -> VerbsResult<PerftestComm> {
+    stream
+        .set_nonblocking(false)
+        .and_then(|_| stream.set_read_timeout(Some(READ_WAIT)))
+        .and_then(|_| stream.set_nodelay(true))
+        .map_err(|e| io("socket options", e))?;
+    Ok(PerftestComm::new(stream, is_client))
+}
+
+/// The setup exchange (version, system data, MTU) and the keys of every QP; returns the
+/// peer's keys and its MTU enum.
+pub fn exchange_keys(
+    comm: &mut PerftestComm,
+    mtu_enum: u32,
+    mine: &[PerftestKeys],
+) -> VerbsResult<(Vec<PerftestKeys>, u32)> {
+    let first = mine
+        .first()
+        .ok_or_else(|| VerbsError::inval("no QPs to exchange"))?;
+    let peer = comm.setup(mtu_enum, first)?;
+    let mut theirs = vec![peer.keys];
+    for k in &mine[1..] {
+        let got = comm.xchg(&k.encode(), crate::perftest_oob::KEYS_LEN, "keys")?;
+        theirs.push(PerftestKeys::decode(&got)?);
+    }
+    Ok((theirs, peer.mtu_enum))
+}

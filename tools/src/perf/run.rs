@@ -1,0 +1,544 @@
+//! One `softverbs perf` command from start to end: which devices, which side does what per
+//! size, the side-channel sequence, and the printing of results.
+//!
+//! Side-channel sequence (both sides, perftest's order for its bandwidth tests): setup and
+//! keys of every QP; barrier "connected"; per size: barrier "ready", the test, barrier
+//! "finished", the client's report (size, iterations and three figures); at the end the
+//! closing barrier and "done".
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::OnceLock;
+
+use softverbs::{ChannelNetwork, DeviceConfig, LinkConfig, VerbsError, VerbsResult};
+
+use super::args::{LinkKind, Role, Settings, TestKind, Verb};
+use super::report::{self, Baseline, BwResult, LatResult};
+use super::setup::{mtu_enum, Side};
+use super::{bw, lat, oob, udp_baseline};
+use crate::perftest_oob::PerftestComm;
+
+/// What the client measured for one size.
+#[derive(Debug, Clone)]
+pub enum Row {
+    /// A bandwidth test.
+    Bw(BwResult),
+    /// A latency test.
+    Lat(LatResult),
+}
+
+/// What the server saw for one size.
+#[derive(Debug, Clone, Default)]
+pub struct ServerRow {
+    /// The client's report: size, iterations and three figures.
+    pub report: (u64, u64, f64, f64, f64),
+    /// Bytes the server verified.
+    pub verified_bytes: u64,
+    /// Messages the server received or answered.
+    pub handled: u64,
+}
+
+/// Names of the in-process devices of `--loopback --link inproc`.
+const INPROC: [&str; 2] = ["perf-inproc0", "perf-inproc1"];
+
+/// Registers the two in-process devices once per process.
+fn inproc_devices() -> VerbsResult<(String, String)> {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    let done = DONE.get_or_init(|| {
+        let net = ChannelNetwork::new();
+        for (i, name) in INPROC.iter().enumerate() {
+            let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1 + i as u8));
+            softverbs::register_device(DeviceConfig {
+                link: LinkConfig::Channel(net.clone()),
+                ..DeviceConfig::new(*name, ip)
+            })
+            .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    });
+    done.clone().map_err(VerbsError::inval)?;
+    Ok((INPROC[0].to_string(), INPROC[1].to_string()))
+}
+
+/// The first two devices of the list (server, client), which must be on loopback: the
+/// one-process mode is a loopback benchmark and sends nothing elsewhere.
+fn listed_devices() -> VerbsResult<(String, String)> {
+    softverbs::devices()?;
+    let list = softverbs_emu::engine::device_list()?;
+    if list.len() < 2 {
+        return Err(VerbsError::inval(
+            "--loopback needs two devices (SOFTVERBS_DEVICES)",
+        ));
+    }
+    for d in &list[..2] {
+        if !d.ip.is_loopback() {
+            return Err(VerbsError::inval(format!(
+                "--loopback runs on loopback addresses only; device {} is on {}",
+                d.name, d.ip
+            )));
+        }
+    }
+    Ok((list[0].name.clone(), list[1].name.clone()))
+}
+
+/// Runs the command.
+pub fn run(s: &Settings) -> VerbsResult<()> {
+    if s.test == TestKind::UdpBaseline {
+        let baselines = baselines(s)?;
+        print_baselines(s, &baselines);
+        return Ok(());
+    }
+    match &s.role {
+        Role::Server => {
+            let device = s.device.clone().unwrap_or_else(|| "softrxe0".into());
+            let listener = oob::listen(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), s.port))?;
+            if !s.json {
+                eprintln!(
+                    "softverbs perf {}: server on {device}, waiting on TCP port {}",
+                    s.test.name(),
+                    s.port
+                );
+            }
+            let comm = oob::accept(&listener)?;
+            let rows = serve(s, &device, comm)?;
+            print_server(s, &device, &rows);
+            Ok(())
+        }
+        Role::Client(addr) => {
+            let device = s.device.clone().unwrap_or_else(|| "softrxe1".into());
+            let comm = oob::connect(*addr)?;
+            let (rows, _) = drive(s, &device, comm)?;
+            print_client(
+                s,
+                &device,
+                "udp, two processes",
+                &rows,
+                &[],
+                None,
+                Memory::default(),
+            );
+            Ok(())
+        }
+        Role::Loopback => {
+            let before = rss_bytes();
+            let (server_dev, client_dev) = match s.link {
+                LinkKind::Udp => listed_devices()?,
+                LinkKind::Inproc => inproc_devices()?,
+            };
+            let listener = oob::listen(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0))?;
+            let addr = listener.local_addr().map_err(|e| VerbsError::Io {
+                errno: e.raw_os_error().unwrap_or(5),
+                message: e.to_string(),
+            })?;
+            let server_settings = s.clone();
+            let server = std::thread::Builder::new()
+                .name("perf-server".into())
+                .spawn(move || -> VerbsResult<Vec<ServerRow>> {
+                    let comm = oob::accept(&listener)?;
+                    serve(&server_settings, &server_dev, comm)
+                })
+                .map_err(|e| VerbsError::Io {
+                    errno: e.raw_os_error().unwrap_or(11),
+                    message: format!("spawning the server thread: {e}"),
+                })?;
+            let client = oob::connect(addr).and_then(|comm| drive(s, &client_dev, comm));
+            let served = server
+                .join()
+                .map_err(|_| VerbsError::inval("the server thread panicked"))?;
+            let (rows, connected) = client?;
+            let served = served?;
+            let memory = Memory { before, connected };
+            let baselines = if s.baseline {
+                baselines(s)?
+            } else {
+                Vec::new()
+            };
+            let link = match s.link {
+                LinkKind::Udp => "udp",
+                LinkKind::Inproc => "inproc",
+            };
+            print_client(
+                s,
+                &client_dev,
+                link,
+                &rows,
+                &served,
+                Some(&baselines),
+                memory,
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Creates, exchanges and connects one side; returns it and the side channel.
+fn connect_side(s: &Settings, device: &str, comm: &mut PerftestComm) -> VerbsResult<Side> {
+    let mut side = Side::new(device, s)?;
+    let mine = side.keys()?;
+    let (theirs, peer_mtu) = oob::exchange_keys(comm, mtu_enum(s.mtu), &mine)?;
+    let mtu = match peer_mtu.min(mtu_enum(s.mtu)) {
+        1 => 256,
+        2 => 512,
+        3 => 1024,
+        4 => 2048,
+        _ => 4096,
+    };
+    side.connect(&mine, &theirs, mtu)?;
+    if s.test.verb() == Some(Verb::Send) {
+        if s.test.is_latency() {
+            lat::post_ping_receives(&side)?;
+        } else {
+            bw::post_receives(&side)?;
+        }
+    }
+    comm.barrier(&mine[0], "connected")?;
+    Ok(side)
+}
+
+/// The server: lends its buffer and QPs, answers ping-pongs, counts receives, verifies.
+fn serve(s: &Settings, device: &str, mut comm: PerftestComm) -> VerbsResult<Vec<ServerRow>> {
+    let verb = s.test.verb().ok_or_else(|| VerbsError::inval("no verb"))?;
+    let side = connect_side(s, device, &mut comm)?;
+    let me = side.keys()?[0];
+    let mut rows = Vec::new();
+    for &size in &s.sizes {
+        bw::prepare_server(&side, verb, size)?;
+        comm.barrier(&me, "ready")?;
+        let handled = match s.test {
+            TestKind::SendBw => bw::server_recv(&side, size, &comm)?,
+            TestKind::WriteLat => lat::server_write(&side, size, &comm)?,
+            TestKind::SendLat => lat::server_send(&side, size, &comm)?,
+            _ => 0,
+        };
+        comm.barrier(&me, "finished")?;
+        let report = comm.xchg_report(size as u64, handled, 0.0, 0.0, 0.0)?;
+        let iterations = report.1;
+        let verified_bytes = match s.test {
+            _ if s.no_verify => 0,
+            TestKind::WriteBw => bw::verify_pattern(&side, 0, size)?,
+            TestKind::SendBw => {
+                if handled != iterations {
+                    return Err(VerbsError::Io {
+                        errno: 5,
+                        message: format!(
+                            "{handled} receives completed, the client completed {iterations} sends"
+                        ),
+                    });
+                }
+                bw::verify_pattern(&side, 0, size)?
+            }
+            TestKind::AtomicBw => {
+                let counter = bw::read_counter(&side)?;
+                if counter != iterations {
+                    return Err(VerbsError::Io {
+                        errno: 5,
+                        message: format!(
+                            "the counter is {counter} after {iterations} FETCH_AND_ADDs of 1"
+                        ),
+                    });
+                }
+                8 * iterations
+            }
+            TestKind::AtomicLat => {
+                let counter = bw::read_counter(&side)?;
+                if counter != iterations {
+                    return Err(VerbsError::Io {
+                        errno: 5,
+                        message: format!("the counter is {counter} after {iterations} adds"),
+                    });
+                }
+                8
+            }
+            TestKind::SendLat if size > 0 => bw::verify_pattern(&side, 0, size)?,
+            _ => 0,
+        };
+        rows.push(ServerRow {
+            report,
+            verified_bytes,
+            handled,
+        });
+    }
+    comm.close(&me)?;
+    Ok(rows)
+}
+
+/// The client: runs each size and reports it to the server.
+fn drive(
+    s: &Settings,
+    device: &str,
+    mut comm: PerftestComm,
+) -> VerbsResult<(Vec<Row>, Option<u64>)> {
+    let verb = s.test.verb().ok_or_else(|| VerbsError::inval("no verb"))?;
+    let side = connect_side(s, device, &mut comm)?;
+    // Both sides are connected (the barrier is behind us) and idle: what they hold now.
+    let rss_connected = rss_bytes();
+    let me = side.keys()?[0];
+    let peer = side.peer.clone();
+    let mut rows = Vec::new();
+    for &size in &s.sizes {
+        bw::prepare_client(&side, verb, size)?;
+        comm.barrier(&me, "ready")?;
+        let row = if s.test.is_latency() {
+            Row::Lat(lat::client(&side, s, size, &peer)?)
+        } else {
+            Row::Bw(bw::client(&side, s, size, &peer)?)
+        };
+        comm.barrier(&me, "finished")?;
+        match &row {
+            Row::Bw(r) => comm.xchg_report(
+                size as u64,
+                r.iterations,
+                r.peak_mbs,
+                r.avg_mbs,
+                r.msg_rate_mpps,
+            )?,
+            Row::Lat(r) => {
+                comm.xchg_report(size as u64, r.iterations, r.min_us, r.median_us, r.avg_us)?
+            }
+        };
+        rows.push(row);
+    }
+    comm.close(&me)?;
+    Ok((rows, rss_connected))
+}
+
+/// Resident memory of this process (VmRSS), if /proc says.
+fn rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Process memory around connecting: before anything was opened, and with every QP of
+/// both sides connected and idle (the one-process mode).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Memory {
+    before: Option<u64>,
+    connected: Option<u64>,
+}
+
+/// The UDP baseline of every size of the run.
+fn baselines(s: &Settings) -> VerbsResult<Vec<Baseline>> {
+    s.sizes
+        .iter()
+        .map(|&size| {
+            udp_baseline::measure(s, size).map_err(|e| VerbsError::Io {
+                errno: e.raw_os_error().unwrap_or(5),
+                message: format!("UDP baseline: {e}"),
+            })
+        })
+        .collect()
+}
+
+fn print_baselines(s: &Settings, list: &[Baseline]) {
+    if s.json {
+        let items: Vec<String> = list.iter().map(report::baseline_json).collect();
+        println!(
+            "{{\"test\":\"udp-baseline\",\"cpus\":{},\"baseline\":[{}]}}",
+            cpus(),
+            items.join(",")
+        );
+        return;
+    }
+    println!(
+        "--- softverbs perf udp-baseline: raw UDP 127.0.0.1 -> 127.0.0.2, {} CPUs",
+        cpus()
+    );
+    println!(
+        " {:>10} {:>10} {:>24} {:>12} {:>10} {:>14}",
+        "#bytes", "datagram", "method", "BW[MB/s]", "Mpps", "half RTT[us]"
+    );
+    for (b, &size) in list.iter().zip(&s.sizes) {
+        for (name, mbs, mpps) in &b.methods {
+            println!(
+                " {:>10} {:>10} {:>24} {:>12.2} {:>10.4} {:>14}",
+                size, b.datagram_bytes, name, mbs, mpps, ""
+            );
+        }
+        println!(
+            " {:>10} {:>10} {:>24} {:>12} {:>10} {:>14.2}",
+            size, b.datagram_bytes, "ping-pong", "", "", b.half_rtt_us
+        );
+    }
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn header(s: &Settings, device: &str, link: &str) -> String {
+    report::describe(&[
+        ("test", s.test.name().to_string()),
+        ("RC QPs", s.qps.to_string()),
+        ("device", device.to_string()),
+        ("link", link.to_string()),
+        ("MTU", s.mtu.to_string()),
+        ("tx-depth", s.tx_depth.to_string()),
+        ("post-list", s.post_list.to_string()),
+        ("cq-mod", s.cq_mod.to_string()),
+        ("inline", s.inline_size.to_string()),
+        ("CPUs", cpus().to_string()),
+    ])
+}
+
+/// The ratio of a result to its baseline: bandwidth share, or latency multiple.
+fn ratio(row: &Row, b: Option<&Baseline>) -> Option<f64> {
+    let b = b?;
+    match row {
+        Row::Bw(r) if b.bw_mbs > 0.0 => Some(r.avg_mbs / b.bw_mbs),
+        Row::Lat(r) if b.half_rtt_us > 0.0 => {
+            let base = if r.half_round_trip {
+                b.half_rtt_us
+            } else {
+                2.0 * b.half_rtt_us
+            };
+            Some(r.median_us / base)
+        }
+        _ => None,
+    }
+}
+
+fn print_client(
+    s: &Settings,
+    device: &str,
+    link: &str,
+    rows: &[Row],
+    served: &[ServerRow],
+    baselines: Option<&[Baseline]>,
+    memory: Memory,
+) {
+    let opt = |x: Option<u64>| x.map_or("null".to_string(), |v| v.to_string());
+    let with_ratio = baselines.is_some_and(|b| !b.is_empty());
+    let base_of = |i: usize| baselines.and_then(|b| b.get(i));
+    let server_verified = |i: usize| served.get(i).map_or(0, |r| r.verified_bytes);
+    if s.json {
+        let items: Vec<String> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, row)| match row {
+                Row::Bw(r) => {
+                    let mut r = r.clone();
+                    r.verified_bytes += server_verified(i);
+                    report::bw_json(&r, ratio(row, base_of(i)))
+                }
+                Row::Lat(r) => {
+                    let mut r = r.clone();
+                    r.verified_bytes += server_verified(i);
+                    report::lat_json(&r, ratio(row, base_of(i)))
+                }
+            })
+            .collect();
+        let bases: Vec<String> = baselines
+            .unwrap_or(&[])
+            .iter()
+            .map(report::baseline_json)
+            .collect();
+        println!(
+            "{{\"test\":{},\"device\":{},\"link\":{},\"qps\":{},\"mtu\":{},\"tx_depth\":{},\
+             \"post_list\":{},\"cq_mod\":{},\"inline\":{},\"cpus\":{},\"results\":[{}],\
+             \"baseline\":[{}],\"rss_before_bytes\":{},\"rss_connected_bytes\":{}}}",
+            report::json_str(s.test.name()),
+            report::json_str(device),
+            report::json_str(link),
+            s.qps,
+            s.mtu,
+            s.tx_depth,
+            s.post_list,
+            s.cq_mod,
+            s.inline_size,
+            cpus(),
+            items.join(","),
+            bases.join(","),
+            opt(memory.before),
+            opt(memory.connected)
+        );
+        return;
+    }
+    println!("{}", header(s, device, link));
+    if s.test.is_latency() {
+        let half = !matches!(s.test, TestKind::ReadLat | TestKind::AtomicLat);
+        println!("{}", report::lat_header(with_ratio, half));
+    } else {
+        println!("{}", report::bw_header(with_ratio));
+    }
+    let mut verified = 0u64;
+    for (i, row) in rows.iter().enumerate() {
+        let x = ratio(row, base_of(i));
+        match row {
+            Row::Bw(r) => {
+                verified += r.verified_bytes;
+                println!("{}", report::bw_row(r, x));
+            }
+            Row::Lat(r) => {
+                verified += r.verified_bytes;
+                println!("{}", report::lat_row(r, x));
+            }
+        }
+        verified += server_verified(i);
+    }
+    if let Some(list) = baselines.filter(|b| !b.is_empty()) {
+        for (b, &size) in list.iter().zip(&s.sizes) {
+            println!(
+                "    UDP baseline for {size} B ({} B datagrams): {:.2} MB/s ({}), ping-pong half RTT {:.2} us",
+                b.datagram_bytes, b.bw_mbs, b.bw_method, b.half_rtt_us
+            );
+        }
+    }
+    let by = if served.is_empty() {
+        " here (the server checks what it received)"
+    } else {
+        " on both sides"
+    };
+    println!("    verified{by}: {verified} bytes, every completion successful");
+    if let (Some(b), Some(c)) = (memory.before, memory.connected) {
+        println!(
+            "    memory: process RSS {:.1} MiB before opening, {:.1} MiB with {} connected idle QP pair(s)",
+            b as f64 / (1 << 20) as f64,
+            c as f64 / (1 << 20) as f64,
+            s.qps
+        );
+    }
+}
+
+fn print_server(s: &Settings, device: &str, rows: &[ServerRow]) {
+    if s.json {
+        let items: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "{{\"bytes\":{},\"iterations\":{},\"peer_figures\":[{},{},{}],\
+                     \"handled\":{},\"verified_bytes\":{}}}",
+                    r.report.0,
+                    r.report.1,
+                    report::json_num(r.report.2),
+                    report::json_num(r.report.3),
+                    report::json_num(r.report.4),
+                    r.handled,
+                    r.verified_bytes
+                )
+            })
+            .collect();
+        println!(
+            "{{\"test\":{},\"role\":\"server\",\"device\":{},\"results\":[{}]}}",
+            report::json_str(s.test.name()),
+            report::json_str(device),
+            items.join(",")
+        );
+        return;
+    }
+    println!("{}", header(s, device, "udp"));
+    println!("    the client's figures:");
+    for r in rows {
+        if s.test.is_latency() {
+            println!(
+                " {:>10} {:>12} t_min {:.2} us, t_typical {:.2} us, t_avg {:.2} us; verified {} bytes",
+                r.report.0, r.report.1, r.report.2, r.report.3, r.report.4, r.verified_bytes
+            );
+        } else {
+            println!(
+                " {:>10} {:>12} peak {:.2} MB/s, average {:.2} MB/s, {:.6} Mpps; verified {} bytes",
+                r.report.0, r.report.1, r.report.2, r.report.3, r.report.4, r.verified_bytes
+            );
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! `softverbs perf` as the built binary, a few iterations of every test in both one-process
+//! links and between two processes: each must exit 0 with the completions counted and the
+//! data verified. Speed is never asserted here (that is what the command is for).
+
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_softverbs");
+
+fn perf(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("perf")
+        .args(args)
+        .output()
+        .expect("run softverbs")
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+/// The number after `"key":` in a JSON document (the first occurrence).
+fn field(json: &str, key: &str) -> f64 {
+    let pat = format!("\"{key}\":");
+    let start = json
+        .find(&pat)
+        .unwrap_or_else(|| panic!("no {key} in {json}"))
+        + pat.len();
+    let rest = &json[start..];
+    let end = rest.find([',', '}']).expect("value end");
+    rest[..end]
+        .parse()
+        .unwrap_or_else(|_| panic!("{key} in {json}"))
+}
+
+#[test]
+fn every_test_completes_and_verifies_on_both_links() {
+    for link in ["udp", "inproc"] {
+        for (test, size) in [
+            ("write_bw", 5000usize),
+            ("read_bw", 5000),
+            ("send_bw", 5000),
+            ("atomic_bw", 8),
+        ] {
+            let size_arg = size.to_string();
+            let o = perf(&[
+                test,
+                "--loopback",
+                "--link",
+                link,
+                "-s",
+                &size_arg,
+                "-n",
+                "40",
+                "-q",
+                "2",
+                "-Q",
+                "8",
+                "--json",
+            ]);
+            let out = text(&o);
+            assert!(o.status.success(), "{test} over {link}: {out}");
+            assert_eq!(field(&out, "iterations"), 80.0, "{test} {link}: {out}");
+            assert_eq!(field(&out, "bytes") as usize, size, "{out}");
+            // Every verified byte: the target buffer (writes, sends, reads) or the counter.
+            let expect = if test == "atomic_bw" {
+                8.0 * 80.0
+            } else {
+                size as f64
+            };
+            assert_eq!(
+                field(&out, "verified_bytes"),
+                expect,
+                "{test} {link}: {out}"
+            );
+            // One signaled WR in 8 per QP: 40 / 8 = 5 each (send_bw counts sends too).
+            assert_eq!(field(&out, "completions"), 10.0, "{test} {link}: {out}");
+        }
+        for (test, verified) in [
+            ("write_lat", 30.0),
+            ("send_lat", 2.0 * 30.0 + 2.0),
+            ("read_lat", 2.0),
+            ("atomic_lat", 8.0 * 30.0 + 8.0),
+        ] {
+            let o = perf(&[test, "--loopback", "--link", link, "-n", "30", "--json"]);
+            let out = text(&o);
+            assert!(o.status.success(), "{test} over {link}: {out}");
+            assert_eq!(field(&out, "iterations"), 30.0, "{out}");
+            assert_eq!(
+                field(&out, "verified_bytes"),
+                verified,
+                "{test} {link}: {out}"
+            );
+            assert!(
+                field(&out, "t_min_us") <= field(&out, "t_typical_us"),
+                "{out}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_size_sweep_reports_every_size() {
+    let o = perf(&[
+        "write_bw",
+        "--loopback",
+        "--link",
+        "inproc",
+        "-a",
+        "--max-size",
+        "64",
+        "-n",
+        "10",
+        "-Q",
+        "5",
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    for size in [2, 4, 8, 16, 32, 64] {
+        assert!(
+            out.lines()
+                .any(|l| l.split_whitespace().next() == Some(&size.to_string())),
+            "size {size} missing: {out}"
+        );
+    }
+}
+
+#[test]
+fn two_processes_over_the_side_channel() {
+    let port = "18741";
+    // Devices of their own, so that the loopback tests running meanwhile keep theirs.
+    let devices = "srv=127.0.0.41,cli=127.0.0.42";
+    let server = Command::new(BIN)
+        .env("SOFTVERBS_DEVICES", devices)
+        .args([
+            "perf", "send_bw", "-d", "srv", "-n", "50", "-Q", "10", "-p", port, "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("server");
+    let client = Command::new(BIN)
+        .env("SOFTVERBS_DEVICES", devices)
+        .args([
+            "perf",
+            "send_bw",
+            "127.0.0.1",
+            "-d",
+            "cli",
+            "-n",
+            "50",
+            "-Q",
+            "10",
+            "-p",
+            port,
+        ])
+        .arg("--json")
+        .output()
+        .expect("client");
+    let server = server.wait_with_output().expect("server output");
+    let (c, s) = (text(&client), text(&server));
+    assert!(client.status.success(), "client: {c}\nserver: {s}");
+    assert!(server.status.success(), "server: {s}\nclient: {c}");
+    assert_eq!(field(&c, "iterations"), 50.0, "{c}");
+    // The server counted 50 receives and verified the last message's 65536 bytes.
+    assert_eq!(field(&s, "handled"), 50.0, "{s}");
+    assert_eq!(field(&s, "verified_bytes"), 65536.0, "{s}");
+}
+
+#[test]
+fn bad_arguments_are_errors_not_panics() {
+    for args in [
+        &["write_bw", "--loopback", "-q", "0"][..],
+        &["write_bw", "--loopback", "-s", "10", "-a"],
+        &["atomic_bw", "--loopback", "-s", "16"],
+        &["write_bw", "--loopback", "-m", "1000"],
+        &["write_bw", "--loopback", "-D", "-1"],
+        &["write_bw", "--loopback", "-l", "500"],
+        &["write_lat", "--loopback", "-q", "2"],
+        &["write_bw", "--link", "inproc"],
+        &["udp-baseline", "127.0.0.1"],
+        &["write_bw", "no.such.host.invalid"],
+        &["write_bw", "--loopback", "--no-verify"],
+    ] {
+        let o = perf(args);
+        let out = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {out}");
+        assert!(!out.contains("panicked"), "{args:?}: {out}");
+    }
+}
+
+#[test]
+fn udp_baseline_measures_every_method_and_the_ping_pong() {
+    let o = perf(&["udp-baseline", "-s", "1024", "--json"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert_eq!(field(&out, "datagram_bytes"), 1024.0 + 16.0, "{out}");
+    assert!(out.contains("sendmmsg"), "{out}");
+    assert!(field(&out, "half_rtt_us") > 0.0, "{out}");
+}
+
+#[test]
+fn baseline_ratios_come_with_the_results() {
+    let o = perf(&[
+        "write_bw",
+        "--loopback",
+        "--link",
+        "inproc",
+        "-s",
+        "4096",
+        "-n",
+        "20",
+        "--baseline",
+        "--json",
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let ratio = field(&out, "ratio_to_udp");
+    let (bw, base) = (field(&out, "bw_avg_mbs"), field(&out, "bw_mbs"));
+    assert!(base > 0.0, "{out}");
+    assert!((ratio - bw / base).abs() <= 1e-9 * ratio.max(1.0), "{out}");
+    assert_eq!(field(&out, "datagram_bytes"), 4096.0 + 16.0, "{out}");
+}
