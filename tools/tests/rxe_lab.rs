@@ -1,32 +1,27 @@
-//! The rxe interop lab from the test suite, opt in: with `SOFTVERBS_LAB_TESTS=1` and a lab up
-//! (`softverbs rxe-lab up`), runs a quick subset of the scenarios against kernel rxe;
-//! otherwise it says "rxe interop skipped" and returns, so `cargo test --workspace` never
-//! needs a VM. The full set is `softverbs rxe-lab run` (or tools/rxe-lab/ci.sh).
+//! The rxe interop lab from the test suite, opt in: with a lab up (`softverbs rxe-lab up`),
+//! `cargo test -p softverbs-tools --test rxe_lab -- --ignored` runs a quick subset of the
+//! scenarios against kernel rxe. It is ignored by default, so `cargo test --workspace`
+//! never needs a VM and counts it as ignored, not passed; run on purpose without a lab, it
+//! fails. The full set is `softverbs rxe-lab run` (or tools/rxe-lab/ci.sh).
 
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_softverbs");
 
-fn lab_requested() -> bool {
-    std::env::var("SOFTVERBS_LAB_TESTS").is_ok_and(|v| v == "1")
-}
-
 #[test]
+#[ignore = "needs an rxe lab that is up (softverbs rxe-lab up); run with -- --ignored"]
 fn rc_write_and_rc_pingpong_against_kernel_rxe() {
-    if !lab_requested() {
-        eprintln!("rxe interop skipped: SOFTVERBS_LAB_TESTS=1 not set");
-        return;
-    }
-    for only in ["RC WRITE", "ibv_rc_pingpong 1025 B"] {
+    for only in ["RC WRITE", "ibv_rc_pingpong 1025 B", "UD SEND"] {
         let out = Command::new(BIN)
             .args(["rxe-lab", "run", "--mtu", "1024", "--only", only])
             .output()
             .expect("run softverbs rxe-lab");
         let text = String::from_utf8_lossy(&out.stdout);
-        if out.status.code() == Some(77) {
-            eprintln!("{}", text.trim());
-            return;
-        }
+        assert_ne!(
+            out.status.code(),
+            Some(77),
+            "no usable lab, so nothing was tested:\n{text}"
+        );
         assert!(out.status.success(), "{only}:\n{text}");
         assert!(text.contains(" passed, 0 failed"), "{text}");
         assert!(!text.contains("FAIL"), "{text}");
