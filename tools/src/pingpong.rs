@@ -9,7 +9,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use softverbs::{
-    Gid, Mtu, RcConnectOptions, RcEndpoint, RecvWr, SendWr, VerbsError, VerbsResult, WcStatus,
+    Gid, Mtu, RcConnectOptions, RcEndpoint, RecvWr, SendWr, VerbsError, VerbsResult, WcOpcode,
+    WcStatus,
 };
 
 use crate::ibv_pingpong::{self, IbvKind, IbvPingpongConfig, IbvRole};
@@ -217,6 +218,9 @@ fn pingpong(args: &PingpongArgs) -> VerbsResult<()> {
     }
 
     let started = Instant::now();
+    // A side's receive may complete before its own send: the peer can answer before its ACK
+    // of our message arrives (ACKs are coalesced). So each step waits for both, in either
+    // order.
     for i in 0..args.iters {
         let (out_seq, in_seq) = if is_server {
             (2 * i + 1, 2 * i)
@@ -224,14 +228,18 @@ fn pingpong(args: &PingpongArgs) -> VerbsResult<()> {
             (2 * i, 2 * i + 1)
         };
         if is_server {
-            expect_message(&side, in_seq, size, timeout)?;
+            let previous_send = i.checked_sub(1).map(|p| 2 * p + 1);
+            await_completions(&side, previous_send, Some(in_seq), size, timeout)?;
             side.qp.post_recv(&[recv_wr(i + 1)?]).map_err(|e| e.error)?;
-            send_message(&side, out_seq, size, timeout)?;
+            post_message(&side, out_seq, size)?;
         } else {
-            send_message(&side, out_seq, size, timeout)?;
-            expect_message(&side, in_seq, size, timeout)?;
+            post_message(&side, out_seq, size)?;
+            await_completions(&side, Some(out_seq), Some(in_seq), size, timeout)?;
             side.qp.post_recv(&[recv_wr(i + 1)?]).map_err(|e| e.error)?;
         }
+    }
+    if is_server && args.iters > 0 {
+        await_completions(&side, Some(2 * args.iters - 1), None, size, timeout)?;
     }
     let elapsed = started.elapsed();
     println!(
@@ -243,31 +251,45 @@ fn pingpong(args: &PingpongArgs) -> VerbsResult<()> {
     Ok(())
 }
 
-fn send_message(side: &RcSide, seq: u64, size: usize, timeout: Duration) -> VerbsResult<()> {
+fn post_message(side: &RcSide, seq: u64, size: usize) -> VerbsResult<()> {
     side.send_mr.write(0, &pattern(seq, size))?;
     side.qp
         .post_send(&[SendWr::send(seq, vec![side.send_mr.sge(0, size as u32)?])])
-        .map_err(|e| e.error)?;
-    let wc = side.cq.poll_one(timeout)?;
-    if wc.status != WcStatus::Success || wc.wr_id != seq {
-        return Err(VerbsError::inval(format!(
-            "send {seq} completed with {wc:?}"
-        )));
-    }
-    Ok(())
+        .map_err(|e| e.error)
 }
 
-fn expect_message(side: &RcSide, seq: u64, size: usize, timeout: Duration) -> VerbsResult<()> {
-    let wc = side.cq.poll_one(timeout)?;
-    if wc.status != WcStatus::Success || wc.byte_len as usize != size {
-        return Err(VerbsError::inval(format!(
-            "receive of {seq} completed with {wc:?}"
-        )));
-    }
-    let mut got = vec![0u8; size];
-    side.recv_mr.read(0, &mut got)?;
-    if got != pattern(seq, size) {
-        return Err(VerbsError::inval(format!("message {seq}: data mismatch")));
+/// Polls until the send of message `send` (if any) and the receive of message `recv` (if
+/// any) have both completed, in whichever order; checks each completion and the received
+/// bytes.
+fn await_completions(
+    side: &RcSide,
+    mut send: Option<u64>,
+    mut recv: Option<u64>,
+    size: usize,
+    timeout: Duration,
+) -> VerbsResult<()> {
+    while send.is_some() || recv.is_some() {
+        let wc = side.cq.poll_one(timeout)?;
+        match (wc.opcode, send, recv) {
+            (WcOpcode::Send, Some(seq), _) if wc.status == WcStatus::Success && wc.wr_id == seq => {
+                send = None;
+            }
+            (WcOpcode::Recv, _, Some(seq))
+                if wc.status == WcStatus::Success && wc.byte_len as usize == size =>
+            {
+                let mut got = vec![0u8; size];
+                side.recv_mr.read(0, &mut got)?;
+                if got != pattern(seq, size) {
+                    return Err(VerbsError::inval(format!("message {seq}: data mismatch")));
+                }
+                recv = None;
+            }
+            _ => {
+                return Err(VerbsError::inval(format!(
+                    "completion {wc:?}, waiting for send {send:?} and receive {recv:?}"
+                )))
+            }
+        }
     }
     Ok(())
 }
