@@ -192,8 +192,7 @@ struct Side {
     send_mr: Mr,
     recv_mr: Mr,
     slot_bytes: usize,
-    // Keeps the device open for the QPs' lifetime.
-    _ctx: Context,
+    ctx: Context,
 }
 
 impl Side {
@@ -245,7 +244,7 @@ impl Side {
             send_mr,
             recv_mr,
             slot_bytes,
-            _ctx: ctx,
+            ctx,
         })
     }
 
@@ -333,7 +332,7 @@ pub fn run(cfg: &IbvPingpongConfig, role: IbvRole) -> VerbsResult<IbvPingpongRep
     }
     let side = Side::new(cfg)?;
     if cfg.kind == IbvKind::Ud {
-        let port_mtu = side.qps[0].pd().context().query_port(1)?.active_mtu.bytes();
+        let port_mtu = side.ctx.query_port(1)?.active_mtu.bytes();
         if cfg.size > port_mtu as usize {
             return Err(VerbsError::inval(format!(
                 "a UD message of {} bytes is larger than the port MTU ({port_mtu})",

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use softverbs::{RemoteAddr, SendWr, WcOpcode, WcStatus, WrOpcode};
 
 use super::guest_peer::GuestPeer;
+use super::ibv_wc::{IBV_WC_RECV, IBV_WC_REM_ACCESS_ERR, IBV_WC_SEND};
 use super::lab_env::LabEnv;
 use super::pattern::lab_pattern;
 use super::verb_cases::{
@@ -19,10 +20,6 @@ use super::verb_cases::{
     BUF_BYTES, GUARD_BYTES, WAIT,
 };
 
-/// `enum ibv_wc_status` values as pyverbs reports them.
-const IBV_WC_REM_ACCESS_ERR: u64 = 10;
-const IBV_WC_SEND: u64 = 0;
-const IBV_WC_RECV: u64 = 128;
 /// Bytes of the RNR SEND (two packets at MTU 1024, one at 4096).
 const RNR_SEND_BYTES: usize = 1500;
 /// How often the RNR counter is looked at while waiting for the first RNR NAK.

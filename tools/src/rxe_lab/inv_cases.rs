@@ -10,6 +10,10 @@ use softverbs::{
 };
 
 use super::guest_peer::GuestPeer;
+use super::ibv_wc::{
+    IBV_WC_RDMA_WRITE, IBV_WC_RECV, IBV_WC_REM_ACCESS_ERR, IBV_WC_SEND, IBV_WC_WITH_INV,
+    RXE_WC_WITH_INVALIDATE,
+};
 use super::lab_env::LabEnv;
 use super::pattern::lab_pattern;
 use super::verb_cases::{
@@ -22,15 +26,6 @@ const WINDOW_OFFSET: usize = 8192;
 const WINDOW_BYTES: usize = 4096;
 /// Bytes of each WRITE through the window and of the SEND_WITH_INV.
 const MSG_BYTES: usize = 64;
-/// ibv_wc values as pyverbs reports them.
-const IBV_WC_SEND: u64 = 0;
-const IBV_WC_RDMA_WRITE: u64 = 1;
-const IBV_WC_RECV: u64 = 128;
-const IBV_WC_WITH_INV: u64 = 1 << 3;
-/// What rxe really reports for WITH_INV: its user-space provider copies the kernel's
-/// `IB_WC_WITH_INVALIDATE` (1 << 2, which verbs.h calls IBV_WC_IP_CSUM_OK) unconverted.
-const RXE_WC_WITH_INVALIDATE: u64 = 1 << 2;
-const IBV_WC_REM_ACCESS_ERR: u64 = 10;
 
 /// Runs the scenario in `dir` at path MTU `mtu`.
 pub fn run(env: &LabEnv, device: &str, dir: Direction, mtu: u32) -> Result<String, String> {

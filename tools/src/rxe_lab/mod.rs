@@ -5,6 +5,7 @@
 
 mod error_cases;
 mod guest_peer;
+mod ibv_wc;
 mod inv_cases;
 mod lab_env;
 mod pattern;

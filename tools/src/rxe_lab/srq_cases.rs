@@ -9,9 +9,11 @@ use softverbs::{
 };
 
 use super::guest_peer::GuestPeer;
+use super::ibv_wc::IBV_WC_SEND;
 use super::lab_env::LabEnv;
-use super::pattern::lab_pattern;
-use super::verb_cases::{expect_guest_wc, fail, pair_with_guest, Transport, GUARD_BYTES, WAIT};
+use super::verb_cases::{
+    check_landed, expect_guest_wc, fail, pair_with_guest, Transport, GUARD_BYTES, WAIT,
+};
 
 /// Senders in the guest (each its own QP and ssh session).
 const SENDERS: usize = 2;
@@ -19,8 +21,6 @@ const SENDERS: usize = 2;
 const MESSAGES: usize = 4;
 /// Bytes of each SRQ WR's buffer slot.
 const SLOT_BYTES: usize = 3 * 4096 + 2 * GUARD_BYTES;
-/// ibv_wc_opcode of a send, as pyverbs reports it.
-const IBV_WC_SEND: u64 = 0;
 
 /// Message `k`'s size at path MTU `mtu`: below, at and above one packet.
 fn size_of(k: usize, mtu: usize) -> usize {
@@ -116,19 +116,8 @@ pub fn run(env: &LabEnv, device: &str, mtu: u32) -> Result<String, String> {
         let mut got = vec![0u8; SLOT_BYTES];
         mr.read(wc.wr_id as usize * SLOT_BYTES, &mut got)
             .map_err(e)?;
-        let len = size_of(k, mtu as usize);
-        if got[..len] != lab_pattern(seed_of(s, k), len)[..] {
-            return fail(format!(
-                "sender {s} message {k}: the bytes in SRQ slot {} differ from what was sent",
-                wc.wr_id
-            ));
-        }
-        if got[len..].iter().any(|&b| b != 0) {
-            return fail(format!(
-                "sender {s} message {k}: bytes past the message in slot {} were written",
-                wc.wr_id
-            ));
-        }
+        check_landed(&got, size_of(k, mtu as usize), seed_of(s, k))
+            .map_err(|x| format!("sender {s} message {k}, SRQ slot {}: {x}", wc.wr_id))?;
     }
     Ok(format!(
         "{SENDERS} rxe senders x {MESSAGES} messages ({}) into one SRQ of {wrs} WRs; order, QP, src_qp, bytes checked",

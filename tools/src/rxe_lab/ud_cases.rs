@@ -10,23 +10,17 @@ use std::net::Ipv4Addr;
 use softverbs::{Ah, AhAttr, Gid, SendWr, UdDest, VerbsError, WcFlags, WcOpcode, WrOpcode};
 
 use super::guest_peer::GuestPeer;
+use super::ibv_wc::{IBV_WC_GRH, IBV_WC_RECV, IBV_WC_SEND, IBV_WC_WITH_IMM};
 use super::lab_env::LabEnv;
 use super::pattern::lab_pattern;
 use super::verb_cases::{
-    connect_transport, expect_guest_wc, expect_host_wc, fail, guest_check, Direction, Host, Step,
-    Transport, Verb, GUARD_BYTES, UD_QKEY, WAIT,
+    check_landed, connect_transport, expect_guest_wc, expect_host_wc, fail, guest_check, Direction,
+    Host, Step, Transport, Verb, GUARD_BYTES, WAIT,
 };
+use crate::ibv_pingpong::{GRH_BYTES, IBV_UD_QKEY};
 
-/// Bytes of the GRH area in front of every UD receive.
-pub const GRH_BYTES: usize = 40;
 /// A Q_Key neither QP has: datagrams carrying it must be dropped.
 const WRONG_QKEY: u32 = 0x2222_2222;
-/// ibv_wc_flags as pyverbs reports them.
-const IBV_WC_GRH: u64 = 1;
-const IBV_WC_WITH_IMM: u64 = 2;
-/// ibv_wc_opcode of a receive, as pyverbs reports it.
-const IBV_WC_RECV: u64 = 128;
-const IBV_WC_SEND: u64 = 0;
 
 /// Datagram sizes at path MTU `mtu` (UD messages are at most one packet).
 pub fn sizes(mtu: usize) -> Vec<usize> {
@@ -107,7 +101,7 @@ pub fn run(
 ) -> Result<String, String> {
     let (host, mut peer) = connect_transport(env, device, mtu, Transport::Ud)?;
     let ah = guest_ah(&host, env)?;
-    let dest = ah.dest(GuestPeer::num(&peer.info, "qpn")? as u32, UD_QKEY);
+    let dest = ah.dest(GuestPeer::num(&peer.info, "qpn")? as u32, IBV_UD_QKEY);
     let list = sizes(mtu as usize);
     for (i, &len) in list.iter().enumerate() {
         let step = Step {
@@ -164,10 +158,6 @@ pub fn run(
     ))
 }
 
-fn with_imm_flag(verb: Verb) -> bool {
-    verb == Verb::SendImm
-}
-
 fn softverbs_sends(
     env: &LabEnv,
     host: &Host,
@@ -189,7 +179,7 @@ fn softverbs_sends(
     ))?;
     host.write(0, &lab_pattern(seed, len))?;
     let wr = SendWr {
-        opcode: if with_imm_flag(verb) {
+        opcode: if verb.has_imm() {
             WrOpcode::SendWithImm
         } else {
             WrOpcode::Send
@@ -203,12 +193,7 @@ fn softverbs_sends(
     let wc = peer.call(&format!("poll timeout_ms={}", WAIT.as_millis()))?;
     expect_guest_wc(&wc, wr_id, IBV_WC_RECV, Some(GRH_BYTES + len))?;
     let flags = GuestPeer::num(&wc, "wc_flags")?;
-    let want_flags = IBV_WC_GRH
-        | if with_imm_flag(verb) {
-            IBV_WC_WITH_IMM
-        } else {
-            0
-        };
+    let want_flags = IBV_WC_GRH | if verb.has_imm() { IBV_WC_WITH_IMM } else { 0 };
     if flags & (IBV_WC_GRH | IBV_WC_WITH_IMM) != want_flags {
         return fail(format!(
             "rxe receive flags {flags:#x}, want {want_flags:#x}"
@@ -217,7 +202,7 @@ fn softverbs_sends(
     if GuestPeer::num(&wc, "src_qp")? != u64::from(host.qp.qp_num()) {
         return fail(format!("rxe receive from QP {:?}", wc.get("src_qp")));
     }
-    if with_imm_flag(verb) && GuestPeer::num(&wc, "imm")? != u64::from(imm.swap_bytes()) {
+    if verb.has_imm() && GuestPeer::num(&wc, "imm")? != u64::from(imm.swap_bytes()) {
         return fail(format!(
             "rxe received immediate {:?}, sent {imm:#x}",
             wc.get("imm")
@@ -225,7 +210,7 @@ fn softverbs_sends(
     }
     let grh = peer.call(&format!("hex offset=0 length={GRH_BYTES}"))?;
     let grh = hex_bytes(grh.get("hex").map(String::as_str).unwrap_or(""))?;
-    check_grh(&grh, env.host_ip, env.guest_ip, len, with_imm_flag(verb))?;
+    check_grh(&grh, env.host_ip, env.guest_ip, len, verb.has_imm())?;
     guest_check(peer, GRH_BYTES, len, seed)?;
     let tail = peer.call(&format!(
         "check_zero offset={} length={GUARD_BYTES}",
@@ -266,8 +251,8 @@ fn rxe_sends(env: &LabEnv, host: &Host, peer: &mut GuestPeer, step: Step) -> Res
     )?;
     let guest_qpn = GuestPeer::num(&peer.info, "qpn")? as u32;
     if !wc.wc_flags.contains(WcFlags::GRH)
-        || wc.wc_flags.contains(WcFlags::WITH_IMM) != with_imm_flag(verb)
-        || (with_imm_flag(verb) && wc.imm_data != imm)
+        || wc.wc_flags.contains(WcFlags::WITH_IMM) != verb.has_imm()
+        || (verb.has_imm() && wc.imm_data != imm)
         || wc.src_qp != guest_qpn
     {
         return fail(format!(
@@ -280,15 +265,9 @@ fn rxe_sends(env: &LabEnv, host: &Host, peer: &mut GuestPeer, step: Step) -> Res
         env.guest_ip,
         env.host_ip,
         len,
-        with_imm_flag(verb),
+        verb.has_imm(),
     )?;
-    if got[GRH_BYTES..GRH_BYTES + len] != lab_pattern(seed, len)[..] {
-        return fail("softverbs side: the datagram's bytes differ from what rxe sent");
-    }
-    if got[GRH_BYTES + len..].iter().any(|&b| b != 0) {
-        return fail("softverbs side: bytes past the datagram were written");
-    }
-    Ok(())
+    check_landed(&got[GRH_BYTES..], len, seed)
 }
 
 /// We send a datagram with a Q_Key rxe's QP does not have, then a right one: rxe must have
@@ -304,7 +283,7 @@ fn wrong_qkey_dropped_by_rxe(
         "post_recv wr_id=900 offset=0 length={}",
         GRH_BYTES + len
     ))?;
-    for (wr_id, seed, qkey) in [(901, 91, WRONG_QKEY), (902, 92, UD_QKEY)] {
+    for (wr_id, seed, qkey) in [(901, 91, WRONG_QKEY), (902, 92, IBV_UD_QKEY)] {
         host.write(0, &lab_pattern(seed, len))?;
         host.post_send(SendWr {
             ud: Some(UdDest {
@@ -325,7 +304,7 @@ fn wrong_qkey_dropped_by_softverbs(host: &Host, peer: &mut GuestPeer) -> Result<
     let len = 16;
     host.write(0, &vec![0u8; GRH_BYTES + len])?;
     host.post_recv(900, 0, GRH_BYTES + len)?;
-    for (wr_id, seed, qkey) in [(901, 91, WRONG_QKEY), (902, 92, UD_QKEY)] {
+    for (wr_id, seed, qkey) in [(901, 91, WRONG_QKEY), (902, 92, IBV_UD_QKEY)] {
         peer.call(&format!("fill offset=0 length={len} seed={seed}"))?;
         peer.call(&format!(
             "post_send wr_id={wr_id} op=SEND offset=0 length={len} qkey={qkey}"

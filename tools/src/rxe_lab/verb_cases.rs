@@ -16,8 +16,13 @@ use softverbs::{
 };
 
 use super::guest_peer::{GuestPeer, Reply};
+use super::ibv_wc::{
+    IBV_WC_COMP_SWAP, IBV_WC_FETCH_ADD, IBV_WC_RDMA_READ, IBV_WC_RDMA_WRITE, IBV_WC_RECV,
+    IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_SEND, IBV_WC_WITH_IMM,
+};
 use super::lab_env::LabEnv;
 use super::pattern::lab_pattern;
+use crate::ibv_pingpong::IBV_UD_QKEY;
 
 /// Bytes of each side's buffer: the largest message plus room behind it.
 pub const BUF_BYTES: usize = (1 << 20) + 4096;
@@ -26,23 +31,12 @@ pub(super) const GUARD_BYTES: usize = 64;
 /// Offset of an atomic's target word and of its local result.
 const ATOMIC_TARGET: usize = 0;
 const ATOMIC_RESULT: usize = 64;
-/// The Q_Key of lab UD QPs (ibv_ud_pingpong's, also peer.py's).
-pub const UD_QKEY: u32 = 0x1111_1111;
 /// Local ACK timeout exponent of both QPs: about 1 s, generous for rxe under TCG.
 pub const LAB_QP_TIMEOUT: u8 = 18;
 /// Attempts of one UC step (see `run`).
 const UC_ATTEMPTS: u32 = 3;
 /// Longest wait for any one completion or guest reply.
 pub(super) const WAIT: Duration = Duration::from_secs(60);
-
-/// ibv_wc_opcode values as pyverbs reports them.
-const IBV_WC_SEND: u64 = 0;
-const IBV_WC_RDMA_WRITE: u64 = 1;
-const IBV_WC_RDMA_READ: u64 = 2;
-const IBV_WC_COMP_SWAP: u64 = 3;
-const IBV_WC_FETCH_ADD: u64 = 4;
-const IBV_WC_RECV: u64 = 128;
-const IBV_WC_RECV_RDMA_WITH_IMM: u64 = 129;
 
 /// The operation a scenario exercises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,7 +82,8 @@ impl Verb {
         }
     }
 
-    fn has_imm(self) -> bool {
+    /// Whether it carries immediate data.
+    pub(super) fn has_imm(self) -> bool {
         matches!(self, Verb::SendImm | Verb::WriteImm)
     }
 }
@@ -255,7 +250,7 @@ pub(super) fn pair_with_guest(
     match transport {
         Transport::Rc => qp.connect_rc(our_psn, &remote, &opts),
         Transport::Uc => qp.connect_uc(our_psn, &remote, &opts),
-        Transport::Ud => qp.activate_ud(UD_QKEY, our_psn),
+        Transport::Ud => qp.activate_ud(IBV_UD_QKEY, our_psn),
     }
     .map_err(e)?;
     peer.call(&format!(
@@ -421,7 +416,12 @@ pub(super) fn guest_check(
 }
 
 pub(super) fn host_check(host: &Host, offset: usize, len: usize, seed: u64) -> Result<(), String> {
-    let got = host.read(offset, len + GUARD_BYTES)?;
+    check_landed(&host.read(offset, len + GUARD_BYTES)?, len, seed)
+}
+
+/// Checks that `got` (softverbs memory, zeroed before the message) starts with the `len`
+/// bytes of pattern `seed` and holds only zeros after them.
+pub(super) fn check_landed(got: &[u8], len: usize, seed: u64) -> Result<(), String> {
     let want = lab_pattern(seed, len);
     if got[..len] != want[..] {
         let at = got.iter().zip(&want).position(|(a, b)| a != b);
@@ -565,7 +565,7 @@ fn softverbs_requests(
         };
         expect_guest_wc(&wc, wr_id, opcode, Some(len))?;
         let flags = GuestPeer::num(&wc, "wc_flags")?;
-        let with_imm = flags & u64::from(WcFlags::WITH_IMM.bits()) != 0;
+        let with_imm = flags & IBV_WC_WITH_IMM != 0;
         if with_imm != verb.has_imm() {
             return fail(format!("rxe receive flags {flags:#x} for {}", verb.name()));
         }
