@@ -889,3 +889,54 @@ fn a_read_of_1024_responses_streams_through_loss_with_a_small_retry_budget() {
         assert_eq!(p.read(Side::A, dst, len), data, "seed {seed}");
     }
 }
+
+/// Packets are built straight from the sender's registered memory, so a region deregistered
+/// between the first transmission and a retransmission must fail the WQE with LOC_PROT_ERR
+/// rather than send whatever the freed memory holds.
+#[test]
+fn a_retransmission_from_a_deregistered_region_fails_with_loc_prot_err() {
+    let total_loss = FaultConfig {
+        loss_per_mille: 1000,
+        ..FaultConfig::none()
+    };
+    let mut p = SimPair::new_rc(9, total_loss, Mtu::Mtu1024, &attrs(3, 7));
+    let (src, lkey, _) = p.register(Side::A, 3000, AccessFlags::empty());
+    let (dst, _, rkey) = p.register(
+        Side::B,
+        3000,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+    );
+    let pattern: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+    p.write(Side::A, src, &pattern);
+    p.post_send(
+        Side::A,
+        &[SendWr {
+            opcode: softverbs_api::WrOpcode::RdmaWrite,
+            remote: softverbs_api::wr::RemoteAddr {
+                remote_addr: dst,
+                rkey,
+            },
+            ..SendWr::send(
+                1,
+                vec![Sge {
+                    addr: src,
+                    length: 3000,
+                    lkey,
+                }],
+            )
+        }],
+    )
+    .unwrap();
+    // The first transmission (3 packets) is built from the region, and lost.
+    let first = sent_by(&p, Side::A);
+    assert_eq!(first.len(), 3);
+    assert_eq!(&first[0][12 + 16..12 + 16 + 1024], &pattern[..1024]);
+    p.a.mem.deregister(lkey).unwrap();
+    p.heal();
+    p.run(100_000);
+    assert_eq!(statuses(&p.a), [(1, WcStatus::LocProtErr)]);
+    assert_eq!(p.a.qp.state(), softverbs_api::QpState::Err);
+    // Nothing was sent once the region was gone, and the responder's memory is untouched.
+    assert_eq!(sent_by(&p, Side::A).len(), 3);
+    assert_eq!(p.read(Side::B, dst, 3000), vec![0u8; 3000]);
+}

@@ -100,6 +100,15 @@ impl<'r> Span<'r> {
         unsafe { std::ptr::copy_nonoverlapping(self.host as *const u8, dst.as_mut_ptr(), self.len) }
     }
 
+    /// Copies the span's bytes into `dst`, which must be exactly as long.
+    pub(crate) fn copy_to(&self, dst: &mut [u8]) {
+        assert_eq!(dst.len(), self.len, "copy_to: length mismatch");
+        // SAFETY: as in `append_to`, [host, host + len) is registered, allocated memory for
+        // 'r, and `dst` is a Rust slice of exactly `len` bytes that by the reg_mr contract
+        // does not overlap registered memory.
+        unsafe { std::ptr::copy_nonoverlapping(self.host as *const u8, dst.as_mut_ptr(), self.len) }
+    }
+
     /// Overwrites the span with `src`, which must be exactly as long.
     pub(crate) fn write_from(&self, src: &[u8]) {
         assert_eq!(src.len(), self.len, "write_from: length mismatch");

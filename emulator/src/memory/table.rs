@@ -335,6 +335,67 @@ impl MrTable {
         Ok(())
     }
 
+    /// Local gather of one packet's payload: copies bytes `[offset, offset + out.len())` of
+    /// the gather list `sges` into `out` (a send builds each packet straight from the
+    /// registered memory, with no copy of the whole message).
+    ///
+    /// The SGEs those bytes come from must pass the checks of [`MrTable::gather`];
+    /// `LengthExceeded` if the range goes past the list's end. Nothing is copied unless all
+    /// of that holds.
+    pub fn gather_at(
+        &self,
+        pd: u32,
+        sges: &[Sge],
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<(), MemError> {
+        let end = offset
+            .checked_add(out.len() as u64)
+            .ok_or(MemError::LengthExceeded)?;
+        let inner = self.inner.read();
+        // Check every SGE the range touches before copying any (a packet is all or nothing).
+        let mut sge_start = 0u64;
+        let mut covered = offset;
+        for sge in sges {
+            let sge_end = sge_start + u64::from(sge.length);
+            if sge.length > 0 && sge_end > offset && sge_start < end {
+                inner.span(
+                    pd,
+                    sge.lkey,
+                    false,
+                    AccessFlags::empty(),
+                    sge.addr,
+                    sge.length.into(),
+                )?;
+                covered = covered.max(sge_end.min(end));
+            }
+            sge_start = sge_end;
+        }
+        if covered < end {
+            return Err(MemError::LengthExceeded);
+        }
+        let mut sge_start = 0u64;
+        for sge in sges {
+            let sge_end = sge_start + u64::from(sge.length);
+            if sge.length > 0 && sge_end > offset && sge_start < end {
+                let whole = inner.span(
+                    pd,
+                    sge.lkey,
+                    false,
+                    AccessFlags::empty(),
+                    sge.addr,
+                    sge.length.into(),
+                )?;
+                let from = offset.max(sge_start);
+                let to = end.min(sge_end);
+                let piece = whole.sub((from - sge_start) as usize, (to - from) as usize);
+                piece.copy_to(&mut out[(from - offset) as usize..(to - offset) as usize]);
+            }
+            sge_start = sge_end;
+        }
+        Ok(())
+    }
+
     /// Local scatter for a receive or a read response: writes `data` into the scatter list
     /// `sges` starting at byte `offset` of the list (for the later packets of a message).
     ///

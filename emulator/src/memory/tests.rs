@@ -414,6 +414,75 @@ fn gather_checks_every_sge_first() {
 }
 
 #[test]
+fn gather_at_copies_one_packets_range_across_sges() {
+    let t = MrTable::new(4);
+    let mut g = Guarded::new(32);
+    let base = g.addr();
+    let k = t.register(PD, base, 32, AccessFlags::empty()).unwrap();
+    g.buf[GUARD..GUARD + 32].copy_from_slice(&(0..32u8).collect::<Vec<_>>());
+    let sges = [
+        Sge {
+            addr: base + 4,
+            length: 3,
+            lkey: k.lkey,
+        },
+        Sge {
+            addr: 0,
+            length: 0,
+            lkey: 0xbad,
+        }, // skipped, key not looked at
+        Sge {
+            addr: base + 28,
+            length: 4,
+            lkey: k.lkey,
+        },
+    ];
+    // The list reads 4 5 6 28 29 30 31; every window of it, at every offset.
+    let list = [4u8, 5, 6, 28, 29, 30, 31];
+    for offset in 0..list.len() {
+        for len in 0..=list.len() - offset {
+            let mut out = vec![0xee; len];
+            t.gather_at(PD, &sges, offset as u64, &mut out).unwrap();
+            assert_eq!(out, list[offset..offset + len], "offset {offset} len {len}");
+        }
+    }
+    // Past the end of the list: an error, and nothing copied.
+    let mut out = [0xee; 3];
+    assert_eq!(
+        t.gather_at(PD, &sges, 5, &mut out),
+        Err(MemError::LengthExceeded)
+    );
+    assert_eq!(out, [0xee; 3]);
+    // A bad SGE inside the range: nothing copied, not even the good SGE before it.
+    let bad = [
+        sges[0],
+        Sge {
+            addr: base + 31,
+            length: 2,
+            lkey: k.lkey,
+        },
+    ];
+    assert_eq!(
+        t.gather_at(PD, &bad, 1, &mut out),
+        Err(MemError::OutOfBounds)
+    );
+    assert_eq!(out, [0xee; 3]);
+    // ... but a bad SGE outside the range is not this packet's business.
+    let mut two = [0u8; 2];
+    t.gather_at(PD, &bad, 0, &mut two).unwrap();
+    assert_eq!(two, [4, 5]);
+    assert_eq!(
+        t.gather_at(PD + 1, &sges, 0, &mut two),
+        Err(MemError::PdMismatch)
+    );
+    t.deregister(k.lkey).unwrap();
+    assert_eq!(
+        t.gather_at(PD, &sges, 0, &mut two),
+        Err(MemError::InvalidKey)
+    );
+}
+
+#[test]
 fn scatter_at_offsets_across_sges() {
     let t = MrTable::new(4);
     let mut g = Guarded::new(32);

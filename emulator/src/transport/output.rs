@@ -107,11 +107,34 @@ impl OutPacket {
         // emit writes every byte (headers, payload, pad, zeroed ICRC): no need to zero.
         let mut bytes = super::packet_pool::take_for_overwrite(repr.buffer_len());
         repr.emit(&mut bytes).ok()?;
-        Some(OutPacket {
+        Some(OutPacket::to(path, bytes))
+    }
+
+    /// Like [`OutPacket::build`], but the payload is written by `fill` into the packet
+    /// (straight from registered memory) instead of copied from `repr.payload`, of which only
+    /// the length counts. `Err` carries what `fill` returned; `Ok(None)` is `build`'s `None`.
+    pub fn build_filled<E>(
+        path: &crate::transport::PathInfo,
+        repr: &crate::wire::RoceRepr<'_>,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<Option<Self>, E> {
+        let mut bytes = super::packet_pool::take_for_overwrite(repr.buffer_len());
+        let Ok(at) = repr.emit_headers(&mut bytes) else {
+            return Ok(None);
+        };
+        if let Err(e) = fill(&mut bytes[at..at + repr.payload.len()]) {
+            super::packet_pool::give(bytes);
+            return Err(e);
+        }
+        Ok(Some(OutPacket::to(path, bytes)))
+    }
+
+    fn to(path: &crate::transport::PathInfo, bytes: Vec<u8>) -> OutPacket {
+        OutPacket {
             dst_ip: path.dst_ip,
             udp_dst_port: path.udp_dst_port,
             udp_src_port: path.udp_src_port,
             bytes,
-        })
+        }
     }
 }

@@ -116,11 +116,14 @@ pub fn run(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
         if wqe.packet_count == 0 && !start_wqe(qp, index, env, mtu) {
             continue;
         }
-        let Some(packet) = build_packet(qp, index, mtu, &path) else {
-            if let Some(w) = qp.sq.get_mut(index) {
-                w.status = Some(WcStatus::LocQpOpErr);
+        let packet = match build_packet(qp, index, mtu, &path, env) {
+            Ok(packet) => packet,
+            Err(status) => {
+                if let Some(w) = qp.sq.get_mut(index) {
+                    w.status = Some(status);
+                }
+                continue;
             }
-            continue;
         };
         out.packets.push(packet.0);
         let (psns_used, is_last, ack_req) = (packet.1, packet.2, packet.3);
@@ -187,12 +190,12 @@ fn start_wqe(qp: &mut TransportQp, index: usize, env: &Env<'_>, mtu: u64) -> boo
             .check_sges(pd, &wqe.sges, AccessFlags::LOCAL_WRITE)
             .is_ok(),
         WrOpcode::Flush => true,
-        _ if wqe.data.is_none() => {
-            let mut data = Vec::with_capacity(wqe.length as usize);
-            let ok = env.mem.gather(pd, &wqe.sges, &mut data).is_ok();
-            wqe.data = Some(data);
-            ok
-        }
+        // Packets are built straight from the gather list (build_packet): here only check
+        // it, so that a bad SGE fails the WQE before anything is sent.
+        _ if wqe.data.is_none() => env
+            .mem
+            .check_sges(pd, &wqe.sges, AccessFlags::empty())
+            .is_ok(),
         _ => true,
     };
     if !local_ok {
@@ -213,15 +216,23 @@ fn start_wqe(qp: &mut TransportQp, index: usize, env: &Env<'_>, mtu: u64) -> boo
     true
 }
 
+/// Stands in for a payload that is gathered straight into the packet: only its length is
+/// used (a packet carries at most 4096 bytes, the largest MTU).
+static GATHERED_PAYLOAD: [u8; 4096] = [0; 4096];
+
 /// Builds the requester's next packet of WQE `index`: the packet, the PSNs it uses, whether
-/// it is the WQE's last request packet, and whether it asks for an ACK.
+/// it is the WQE's last request packet, and whether it asks for an ACK. The error is the
+/// WQE's completion status: LOC_PROT_ERR if its gather list no longer reads (a region
+/// deregistered since the post), LOC_QP_OP_ERR for a request the opcode table cannot carry.
 fn build_packet(
     qp: &TransportQp,
     index: usize,
     mtu: u64,
     path: &super::PathInfo,
-) -> Option<(super::OutPacket, u32, bool, bool)> {
-    let wqe = qp.sq.get(index)?;
+    env: &Env<'_>,
+) -> Result<(super::OutPacket, u32, bool, bool), WcStatus> {
+    let op_err = WcStatus::LocQpOpErr;
+    let wqe = qp.sq.get(index).ok_or(op_err)?;
     let packet_index = qp.req.packet_index;
     let is_first = packet_index == 0;
     let is_last = packet_index + 1 >= wqe.packet_count;
@@ -231,7 +242,7 @@ fn build_packet(
         (false, true) => Position::Last,
         (false, false) => Position::Middle,
     };
-    let opcode = request_opcode(qp.qp_type, wqe.opcode, position)?;
+    let opcode = request_opcode(qp.qp_type, wqe.opcode, position).ok_or(op_err)?;
     // READs and atomics are answered by responses, so they always ask; other messages ask
     // on their last packet and every MAX_PACKETS_PER_ACK packets.
     let ack_req = qp.qp_type == QpType::Rc
@@ -245,9 +256,14 @@ fn build_packet(
         | WrOpcode::AtomicFetchAndAdd
         | WrOpcode::Flush => &[],
         _ => {
-            let data = wqe.data.as_deref().unwrap_or(&[]);
             let len = (wqe.length - offset.min(wqe.length)).min(mtu) as usize;
-            data.get(offset as usize..offset as usize + len)?
+            match &wqe.data {
+                // Inline data, copied at post time.
+                Some(data) => data
+                    .get(offset as usize..offset as usize + len)
+                    .ok_or(op_err)?,
+                None => GATHERED_PAYLOAD.get(..len).ok_or(op_err)?,
+            }
         }
     };
     let dest_qp = wqe.ud.map_or(qp.attr.dest_qp_num, |t| t.dest_qpn);
@@ -268,7 +284,7 @@ fn build_packet(
         },
         payload,
     );
-    let info = opcode.info()?;
+    let info = opcode.info().ok_or(op_err)?;
     if info.headers.contains(crate::wire::HeaderSet::RETH) {
         // A retried READ asks only for what has not arrived (as rxe does).
         let done = if wqe.opcode == WrOpcode::RdmaRead {
@@ -320,7 +336,15 @@ fn build_packet(
     } else {
         1
     };
-    Some((OutPacket::build(path, &repr)?, psns_used, is_last, ack_req))
+    let packet = if wqe.data.is_none() && !repr.payload.is_empty() {
+        OutPacket::build_filled(path, &repr, |payload| {
+            env.mem.gather_at(qp.pd, &wqe.sges, offset, payload)
+        })
+        .map_err(|_| WcStatus::LocProtErr)?
+    } else {
+        OutPacket::build(path, &repr)
+    };
+    Ok((packet.ok_or(op_err)?, psns_used, is_last, ack_req))
 }
 
 /// The BTH opcode of packet `position` of a message of `op` on a `qp_type` QP.

@@ -190,6 +190,15 @@ impl<'a> RoceRepr<'a> {
     /// (`bth.pad_count` is ignored); reserved bits are zero; the last 4 bytes (ICRC) are
     /// zeroed: fill them with [`super::write_icrc`].
     pub fn emit(&self, buf: &mut [u8]) -> Result<(), WireError> {
+        let payload_at = self.emit_headers(buf)?;
+        buf[payload_at..payload_at + self.payload.len()].copy_from_slice(self.payload);
+        Ok(())
+    }
+
+    /// Like [`RoceRepr::emit`] but leaves the payload bytes as they are; returns where the
+    /// payload starts. Only its length is taken from `self.payload`: a sender that fills the
+    /// payload itself (straight from registered memory) passes any slice that long.
+    pub fn emit_headers(&self, buf: &mut [u8]) -> Result<usize, WireError> {
         let info = self.validate()?;
         let expected = self.buffer_len();
         if buf.len() != expected {
@@ -211,9 +220,8 @@ impl<'a> RoceRepr<'a> {
             offset += layout.len;
         }
         let payload_end = offset + self.payload.len();
-        buf[offset..payload_end].copy_from_slice(self.payload);
         buf[payload_end..].fill(0);
-        Ok(())
+        Ok(offset)
     }
 
     fn emit_header(&self, header: HeaderSet, at: &mut [u8]) -> Result<(), WireError> {
@@ -485,5 +493,21 @@ mod tests {
                 got: 21
             }
         ));
+    }
+
+    #[test]
+    fn emit_headers_leaves_the_payload_to_the_caller() {
+        // Headers from emit_headers, payload filled in afterwards: the captured bytes again
+        // (ICRC aside), whatever the buffer held before.
+        let b = hex(WRITE_LAST_IMM);
+        let (r, _) = RoceRepr::parse(&b).unwrap();
+        let mut buf = vec![0xa5; r.buffer_len()];
+        let at = r.emit_headers(&mut buf).unwrap();
+        assert_eq!(at, 12 + 4);
+        assert!(buf[at..at + r.payload.len()].iter().all(|&x| x == 0xa5));
+        assert_eq!(&buf[..at], &b[..at]);
+        assert_eq!(&buf[buf.len() - 4..], [0; 4]);
+        buf[at..at + r.payload.len()].copy_from_slice(r.payload);
+        assert_eq!(&buf[..buf.len() - 4], &b[..b.len() - 4]);
     }
 }
