@@ -1,42 +1,74 @@
-//! Adaptive back-off of polling loops: spin while completions are coming, then block until
-//! traffic reaches the device (`Context::wait_for_traffic`: the kernel wakes the thread as
-//! it would a UDP receiver, and the next poll does the device's receive work in this
-//! thread), so an idle wait neither burns a core nor sleeps past the next packet.
+//! Adaptive back-off of polling loops: spin while the next completion is likely to come
+//! soon, then block until traffic reaches the device (`Context::wait_for_traffic`: the
+//! kernel wakes the thread as it would a UDP receiver, and the next poll does the device's
+//! receive work in this thread), so an idle wait neither burns a core for long nor sleeps
+//! past the next packet.
+//!
+//! How long to spin is learned: a wake-up from a blocking wait costs tens of microseconds on
+//! a virtual machine, several times a loopback round trip, so a loop whose waits are short
+//! (a ping-pong) should spin through them, and one whose waits are long (an idle server)
+//! should block early. The budget follows twice a moving average of the waits seen.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use softverbs::Context;
 
-/// Empty polls that only spin.
-const SPIN_POLLS: u32 = 4;
+/// Empty polls before the clock is first read: most waits of a busy loop end within them.
+const FREE_POLLS: u32 = 4;
+/// Least and most time spent spinning before blocking.
+const SPIN_MIN: Duration = Duration::from_micros(20);
+const SPIN_MAX: Duration = Duration::from_micros(500);
 /// Longest wait for traffic in one back-off.
 const WAIT: Duration = Duration::from_micros(100);
 
 /// The state of one polling loop.
 pub struct Backoff {
-    idle: u32,
     ctx: Context,
+    /// Empty polls in the current wait.
+    idle: u32,
+    /// When the current wait began (read after [`FREE_POLLS`] empty polls).
+    idle_since: Option<Instant>,
+    /// Moving average of the waits, in nanoseconds.
+    typical_wait_ns: u64,
 }
 
 impl Backoff {
     /// A fresh loop polling the CQs of `ctx`.
     pub fn new(ctx: &Context) -> Backoff {
         Backoff {
-            idle: 0,
             ctx: ctx.clone(),
+            idle: 0,
+            idle_since: None,
+            typical_wait_ns: SPIN_MIN.as_nanos() as u64 / 2,
         }
     }
 
-    /// Something happened: spin again.
+    /// Something happened: the wait is over; learn from its length and spin again.
     pub fn reset(&mut self) {
+        if let Some(since) = self.idle_since.take() {
+            let waited = since.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+            // An average over about 8 waits.
+            self.typical_wait_ns = self.typical_wait_ns - self.typical_wait_ns / 8 + waited / 8;
+        }
         self.idle = 0;
     }
 
-    /// Nothing happened: spin a little, then wait for traffic. Traffic that wakes the wait
-    /// starts a new spin: what follows a packet (the answer after an ACK) tends to come soon.
+    /// How long a wait spins before it blocks.
+    fn spin_budget(&self) -> Duration {
+        Duration::from_nanos(self.typical_wait_ns.saturating_mul(2)).clamp(SPIN_MIN, SPIN_MAX)
+    }
+
+    /// Nothing happened: spin while the wait is within the budget, then wait for traffic.
+    /// Traffic that wakes the wait starts a new spin: what follows a packet (the answer after
+    /// an ACK) tends to come soon.
     pub fn idle(&mut self) {
         self.idle = self.idle.saturating_add(1);
-        if self.idle <= SPIN_POLLS {
+        if self.idle <= FREE_POLLS {
+            std::hint::spin_loop();
+            return;
+        }
+        let since = *self.idle_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < self.spin_budget() {
             std::hint::spin_loop();
         } else if self.ctx.wait_for_traffic(WAIT) {
             self.idle = 0;

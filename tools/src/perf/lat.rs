@@ -89,6 +89,8 @@ struct Pinger<'a> {
     wcs: Vec<WorkCompletion>,
     recvs: u64,
     base_flags: SendFlags,
+    /// Kept across round trips: it learns how long they take.
+    backoff: Backoff,
 }
 
 impl Pinger<'_> {
@@ -105,7 +107,6 @@ impl Pinger<'_> {
 
     fn round_trip(&mut self, i: u64) -> VerbsResult<()> {
         let started = Instant::now();
-        let mut backoff = Backoff::new(&self.side.ctx);
         match self.verb {
             Verb::Write => {
                 let t = tag(i);
@@ -116,7 +117,7 @@ impl Pinger<'_> {
                 while last_byte(self.side, self.size)? != t {
                     let mut r = 0;
                     reap(self.side, &mut self.wcs, &mut r, self.size)?;
-                    backoff.idle();
+                    self.backoff.idle();
                     if started.elapsed() > STUCK {
                         return Err(io(format!("no WRITE back for round trip {i}")));
                     }
@@ -134,7 +135,7 @@ impl Pinger<'_> {
                             .map_err(|e| e.error)?;
                     }
                     if self.recvs < want {
-                        backoff.idle();
+                        self.backoff.idle();
                         if started.elapsed() > STUCK {
                             return Err(io(format!("no SEND back for round trip {i}")));
                         }
@@ -152,7 +153,7 @@ impl Pinger<'_> {
                         }
                         break;
                     }
-                    backoff.idle();
+                    self.backoff.idle();
                     if started.elapsed() > STUCK {
                         return Err(io(format!("no completion for round trip {i}")));
                     }
@@ -168,6 +169,7 @@ impl Pinger<'_> {
                 }
             }
         }
+        self.backoff.reset();
         Ok(())
     }
 }
@@ -191,6 +193,7 @@ pub fn client(
         recv: recv_wr(side)?,
         wcs: vec![WorkCompletion::default(); 16],
         recvs: 0,
+        backoff: Backoff::new(&side.ctx),
     };
     let cap = s.iters.min(1 << 26) as usize;
     let mut samples: Vec<u64> =

@@ -96,8 +96,12 @@ pub struct Baseline {
     pub bw_method: String,
     /// Every method measured: (name, MB/s, Mpps).
     pub methods: Vec<(String, f64, f64)>,
-    /// Median half round trip of a UDP ping-pong, microseconds.
+    /// Median half round trip of a UDP ping-pong, microseconds: the lower of the two below.
     pub half_rtt_us: f64,
+    /// ... with blocking receives (each answer wakes a sleeping thread).
+    pub half_rtt_block_us: f64,
+    /// ... with busy-polled non-blocking receives.
+    pub half_rtt_spin_us: f64,
 }
 
 /// Header line describing the run.
@@ -246,12 +250,14 @@ pub fn baseline_json(b: &Baseline) -> String {
         .collect();
     format!(
         "{{\"datagram_bytes\":{},\"bw_mbs\":{},\"bw_method\":{},\"methods\":[{}],\
-         \"half_rtt_us\":{}}}",
+         \"half_rtt_us\":{},\"half_rtt_block_us\":{},\"half_rtt_spin_us\":{}}}",
         b.datagram_bytes,
         json_num(b.bw_mbs),
         json_str(&b.bw_method),
         methods.join(","),
-        json_num(b.half_rtt_us)
+        json_num(b.half_rtt_us),
+        json_num(b.half_rtt_block_us),
+        json_num(b.half_rtt_spin_us)
     )
 }
 

@@ -355,10 +355,15 @@ fn print_baselines(s: &Settings, list: &[Baseline]) {
                 size, b.datagram_bytes, name, mbs, mpps, ""
             );
         }
-        println!(
-            " {:>10} {:>10} {:>24} {:>12} {:>10} {:>14.2}",
-            size, b.datagram_bytes, "ping-pong", "", "", b.half_rtt_us
-        );
+        for (name, us) in [
+            ("ping-pong, blocking", b.half_rtt_block_us),
+            ("ping-pong, busy-poll", b.half_rtt_spin_us),
+        ] {
+            println!(
+                " {:>10} {:>10} {:>24} {:>12} {:>10} {:>14.2}",
+                size, b.datagram_bytes, name, "", "", us
+            );
+        }
     }
 }
 
@@ -479,8 +484,8 @@ fn print_client(
     if let Some(list) = baselines.filter(|b| !b.is_empty()) {
         for (b, &size) in list.iter().zip(&s.sizes) {
             println!(
-                "    UDP baseline for {size} B ({} B datagrams): {:.2} MB/s ({}), ping-pong half RTT {:.2} us",
-                b.datagram_bytes, b.bw_mbs, b.bw_method, b.half_rtt_us
+                "    UDP baseline for {size} B ({} B datagrams): {:.2} MB/s ({}), ping-pong half RTT {:.2} us (blocking {:.2}, busy-poll {:.2})",
+                b.datagram_bytes, b.bw_mbs, b.bw_method, b.half_rtt_us, b.half_rtt_block_us, b.half_rtt_spin_us
             );
         }
     }
