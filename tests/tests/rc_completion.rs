@@ -219,3 +219,43 @@ fn cq_sizes_and_overrun() {
     };
     assert_eq!(err.errno(), 5, "{err}");
 }
+
+/// A receiver that busy-polls takes the datagrams off the link in its own thread and defers
+/// the ACKs to its next send (so a ping-pong answer carries them in the same send call). If
+/// it then goes quiet, posting nothing and polling nothing, the ACKs must still leave
+/// promptly (the engine thread sends them after its next nap), not only when the sender's
+/// retransmission timer fires.
+#[test]
+fn acks_deferred_by_a_polling_receiver_leave_when_it_goes_quiet() {
+    // A 1 s ACK timeout: a late ACK shows as a retransmission, a loaded machine does not.
+    let opts = RcConnectOptions {
+        timeout: 18,
+        ..RcConnectOptions::default()
+    };
+    let (a, b) = rc_pair(FILE, 9, 10, &SideConfig::default(), &opts);
+    // Which thread receives is up to the scheduler: enough rounds for both to happen.
+    let rounds = 100u64;
+    for i in 0..rounds {
+        b.post_recv(i, vec![b.recv_mr.sge(0, 1024).unwrap()]);
+        a.post_send(SendWr::send(100 + i, vec![a.send_mr.sge(0, 64).unwrap()]));
+        // b busy-polls in this thread until its receive completes (the engine thread then
+        // leaves the link to it) ...
+        let mut wc = [softverbs::WorkCompletion::default(); 1];
+        let deadline = std::time::Instant::now() + WAIT;
+        while b.recv_cq.poll(&mut wc).expect("poll_cq") == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {i}: no receive"
+            );
+        }
+        check_recv_wc(&wc[0], i, 64, None, b.qpn(), a.qpn());
+        // ... and then does nothing: a's send completes all the same.
+        check_send_wc(&poll_1(&a.send_cq, "send"), 100 + i, 64, a.qpn());
+    }
+    let c = a.counters();
+    assert_eq!(
+        (c.retransmitted_packets, c.ack_timeouts),
+        (0, 0),
+        "every ACK came without a retransmission: {c:?}"
+    );
+}

@@ -6,9 +6,19 @@
 //!
 //! Why: a stream of small messages asks for an ACK on every message; without this the
 //! responder sends one datagram per message, as many syscalls as the requester.
+//!
+//! When the batch was received by an application thread (polling its CQ), the batch's ACKs
+//! are deferred rather than sent ([`DeferredAcks`]): the completion reaches the application
+//! first, and the ACKs leave with the next packets the device sends (typically the answer
+//! the application posts next: one send call instead of two, and none on the round trip's
+//! critical path), or at the latest when the application polls again, blocks, or the engine
+//! thread's next nap ends.
 
 use std::cell::RefCell;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::Mutex;
 
 use crate::transport::OutPacket;
 
@@ -83,6 +93,52 @@ pub(crate) fn hold(packets: &mut Vec<OutPacket>, dropped: &mut Vec<Vec<u8>>) -> 
     })
 }
 
+/// ACKs a device owes its peers but has not sent yet (see the module doc). Every send of
+/// the device takes them first, so they keep their order before later packets.
+#[derive(Default)]
+pub(crate) struct DeferredAcks {
+    acks: Mutex<Vec<OutPacket>>,
+    /// Cheap check for the common case of none.
+    pending: AtomicBool,
+}
+
+impl DeferredAcks {
+    /// Adds the held ACKs of a batch; each replaces a deferred ACK of its connection (it is
+    /// newer and cumulative), whose bytes are recycled.
+    pub(crate) fn defer(&self, batch: Vec<OutPacket>) {
+        if batch.is_empty() {
+            return;
+        }
+        let mut acks = self.acks.lock();
+        for ack in batch {
+            let k = key(&ack);
+            match acks.iter_mut().find(|a| key(a) == k) {
+                Some(older) => {
+                    crate::transport::packet_pool::give(std::mem::replace(older, ack).bytes)
+                }
+                None => acks.push(ack),
+            }
+        }
+        // SeqCst: pairs with the engine's nap flag (see worker::receive_ready).
+        self.pending.store(true, Ordering::SeqCst);
+    }
+
+    /// Moves the deferred ACKs to the front of `packets` (which is about to be sent).
+    pub(crate) fn take_into(&self, packets: &mut Vec<OutPacket>) {
+        if !self.pending.load(Ordering::Acquire) {
+            return;
+        }
+        let mut acks = self.acks.lock();
+        self.pending.store(false, Ordering::Release);
+        packets.splice(0..0, acks.drain(..));
+    }
+
+    /// True if some are waiting.
+    pub(crate) fn pending(&self) -> bool {
+        self.pending.load(Ordering::SeqCst)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,5 +183,27 @@ mod tests {
         assert_eq!(rest.len(), 1);
         assert_eq!((rest[0].bytes[7], rest[0].bytes[11]), (1, 2));
         assert!(end().is_empty());
+    }
+
+    #[test]
+    fn deferred_acks_keep_the_newest_per_connection_and_go_first() {
+        let d = DeferredAcks::default();
+        let mut out = vec![packet(0x04, 1, 0, 7)];
+        d.take_into(&mut out);
+        assert_eq!(out.len(), 1, "nothing deferred, nothing added");
+        assert!(!d.pending());
+        d.defer(vec![packet(0x11, 1, 0, 1), packet(0x11, 2, 0, 1)]);
+        d.defer(vec![packet(0x11, 1, 0, 2)]);
+        assert!(d.pending());
+        d.take_into(&mut out);
+        let got: Vec<_> = out
+            .iter()
+            .map(|p| (p.bytes[0], p.bytes[7], p.bytes[11]))
+            .collect();
+        assert_eq!(got, [(0x11, 1, 2), (0x11, 2, 1), (0x04, 1, 7)]);
+        assert!(!d.pending());
+        let mut again = Vec::new();
+        d.take_into(&mut again);
+        assert!(again.is_empty(), "each ACK leaves once");
     }
 }

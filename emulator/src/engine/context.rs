@@ -115,6 +115,11 @@ pub struct Device {
     /// while it keeps changing, the engine thread stays off the link (see worker). A counter,
     /// not a time: polling must not cost a clock read.
     pub(crate) app_polls: AtomicU64,
+    /// ACKs of batches an application thread received, waiting for the device's next send.
+    pub(crate) deferred_acks: super::ack_hold::DeferredAcks,
+    /// The engine thread is napping while an application polls, and flushes the deferred
+    /// ACKs when the nap ends; otherwise an application sends its ACKs at once.
+    pub(crate) engine_napping: AtomicBool,
     pds: Mutex<HashMap<u32, ()>>,
     cqs: RwLock<HashMap<u32, Arc<CompletionQueue>, IdHash>>,
     pub(crate) qps: RwLock<HashMap<u32, Arc<QpEntry>, IdHash>>,
@@ -144,6 +149,8 @@ impl Device {
             counters: DeviceCounters::default(),
             rx_lock: Mutex::new(()),
             app_polls: AtomicU64::new(0),
+            deferred_acks: Default::default(),
+            engine_napping: AtomicBool::new(false),
             pds: Mutex::new(HashMap::new()),
             cqs: RwLock::new(HashMap::default()),
             qps: RwLock::new(HashMap::default()),
@@ -226,6 +233,21 @@ impl Device {
         }
     }
 
+    /// Sends the deferred ACKs, if any (see `ack_hold`).
+    pub(crate) fn flush_deferred_acks(&self) {
+        if self.deferred_acks.pending() {
+            let mut none = Vec::new();
+            if self.port_active() {
+                self.send_packets(&mut none);
+            } else {
+                self.deferred_acks.take_into(&mut none);
+                for p in none {
+                    crate::transport::packet_pool::give(p.bytes);
+                }
+            }
+        }
+    }
+
     /// Sends the packets, queues the completions (raising completion events and CQ_ERR)
     /// and the async events a transport call produced.
     pub(crate) fn deliver(&self, entry: &QpEntry, qp: &TransportQp, out: &mut Outputs) {
@@ -237,8 +259,13 @@ impl Device {
                 for bytes in superseded {
                     crate::transport::packet_pool::give(bytes);
                 }
-                self.send_packets(&mut first);
-                self.send_packets(&mut out.packets);
+                // One send call for all of it (deferred ACKs join in send_packets).
+                if first.is_empty() {
+                    self.send_packets(&mut out.packets);
+                } else {
+                    first.append(&mut out.packets);
+                    self.send_packets(&mut first);
+                }
             }
         } else {
             // A port that is down sends nothing, like an unplugged cable: reliable QPs
@@ -278,6 +305,8 @@ impl Device {
 
     /// Sends `packets` (emptying the vector) and recycles their buffers.
     pub(crate) fn send_packets(&self, packets: &mut Vec<crate::transport::OutPacket>) {
+        // Deferred ACKs were produced before these packets: they go first, in the same call.
+        self.deferred_acks.take_into(packets);
         if packets.is_empty() {
             return;
         }
@@ -672,6 +701,9 @@ impl VerbsContext for EmuContext {
     fn poll_cq(&self, cq: u32, out: &mut [WorkCompletion]) -> VerbsResult<usize> {
         let dev = self.dev();
         let cq = dev.cq(cq)?;
+        // ACKs deferred by this thread's last receive: the application is back, so they
+        // leave now unless a post already took them.
+        dev.flush_deferred_acks();
         let n = cq.poll(out)?;
         // An empty CQ: receive what is waiting on the link in this thread rather than wait
         // for the engine thread to be scheduled (it wakes too, and finds the work done).
@@ -965,6 +997,8 @@ impl VerbsContext for EmuContext {
     }
 
     fn req_notify_cq(&self, cq: u32, solicited_only: bool) -> VerbsResult<()> {
+        // The application is about to sleep: nothing it owes its peers may wait for it.
+        self.dev().flush_deferred_acks();
         self.dev().cq(cq)?.req_notify(solicited_only);
         Ok(())
     }

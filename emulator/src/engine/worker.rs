@@ -49,13 +49,19 @@ pub(crate) fn run(dev: &Arc<Device>) {
         let app_polling = polls != seen_polls;
         seen_polls = polls;
         let received = if dev.link.pollable() && app_polling {
+            dev.engine_napping.store(true, Ordering::SeqCst);
             std::thread::sleep(sleep.min(APP_POLL_NAP));
+            // Cleared before the flush: an application that defers ACKs after this sees the
+            // flag down and sends them itself (SeqCst with DeferredAcks' pending flag).
+            dev.engine_napping.store(false, Ordering::SeqCst);
+            // ACKs the application deferred and has not sent since (it went quiet).
+            dev.flush_deferred_acks();
             Ok(0)
         } else if dev.link.pollable() {
             dev.link.wait_readable(sleep).and_then(|ready| {
                 if ready {
                     let _receiver = dev.rx_lock.lock();
-                    receive_ready(dev)
+                    receive_ready(dev, AckTiming::Now)
                 } else {
                     Ok(0)
                 }
@@ -79,9 +85,19 @@ pub(crate) fn run(dev: &Arc<Device>) {
     }
 }
 
+/// When the ACKs of a receive batch leave.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum AckTiming {
+    /// At the end of the batch (the engine thread received it).
+    Now,
+    /// With the device's next send (an application thread received it: the completions
+    /// reach it first; see `ack_hold`).
+    Deferred,
+}
+
 /// Hands what a pollable link has waiting to the QPs, up to [`RX_ROUNDS`] batches. The
 /// caller holds `dev.rx_lock`.
-fn receive_ready(dev: &Device) -> std::io::Result<usize> {
+fn receive_ready(dev: &Device, acks_leave: AckTiming) -> std::io::Result<usize> {
     let mut total = 0;
     let mut result = Ok(());
     super::ack_hold::begin();
@@ -107,7 +123,14 @@ fn receive_ready(dev: &Device) -> std::io::Result<usize> {
     BATCH_NOW.with(|n| n.set(None));
     // The newest ACK of each connection the batch acknowledged.
     let mut acks = super::ack_hold::end();
-    if dev.port_active() {
+    if acks_leave == AckTiming::Deferred {
+        dev.deferred_acks.defer(acks);
+        // Only a napping engine thread is sure to send them soon if the application does
+        // not: otherwise (it waits on the link, which this thread just emptied) send now.
+        if !dev.engine_napping.load(Ordering::SeqCst) {
+            dev.flush_deferred_acks();
+        }
+    } else if dev.port_active() {
         dev.send_packets(&mut acks);
     }
     result.map(|()| total)
@@ -136,7 +159,7 @@ pub(crate) fn receive_if_free(dev: &Device) -> usize {
     let Some(_receiver) = dev.rx_lock.try_lock() else {
         return 0;
     };
-    match receive_ready(dev) {
+    match receive_ready(dev, AckTiming::Deferred) {
         Ok(n) => n,
         Err(e) => {
             tracing::debug!(device = %dev.config.name, error = %e, "receive failed");
@@ -153,6 +176,8 @@ pub(crate) fn wait_for_traffic(dev: &Device, timeout: Duration) -> bool {
         return false;
     }
     note_app_poll(dev);
+    // Nothing the peers wait for may wait for this thread to wake up.
+    dev.flush_deferred_acks();
     // The engine thread is handing datagrams to QPs right now (it took them off the link
     // before this thread could): what this thread waits for may be among them. Wait for it
     // to finish rather than for the link, which it has just emptied.
