@@ -80,6 +80,40 @@ struct Slot {
 }
 
 impl Inner {
+    /// Visits bytes `[offset, offset + len)` of the SGE list `sges`: for each SGE they touch
+    /// (zero-length ones skipped), the part of its span they cover (the whole SGE checked for
+    /// `pd` and `need`) and where that part sits within the range. Stops at the first SGE
+    /// that fails; `LengthExceeded` if the list ends before the range does.
+    fn list_range<'a>(
+        &'a self,
+        pd: u32,
+        sges: &[Sge],
+        offset: u64,
+        len: usize,
+        need: AccessFlags,
+        mut visit: impl FnMut(Span<'a>, std::ops::Range<usize>),
+    ) -> Result<(), MemError> {
+        let end = offset
+            .checked_add(len as u64)
+            .ok_or(MemError::LengthExceeded)?;
+        let mut sge_start = 0u64;
+        for sge in sges {
+            let sge_end = sge_start + u64::from(sge.length);
+            if sge.length > 0 && sge_end > offset && sge_start < end {
+                let whole = self.span(pd, sge.lkey, false, need, sge.addr, sge.length.into())?;
+                let lo = offset.max(sge_start);
+                let hi = end.min(sge_end);
+                let part = whole.sub((lo - sge_start) as usize, (hi - lo) as usize);
+                visit(part, (lo - offset) as usize..(hi - offset) as usize);
+            }
+            sge_start = sge_end;
+        }
+        if sge_start < end {
+            return Err(MemError::LengthExceeded);
+        }
+        Ok(())
+    }
+
     fn region_by(&self, key: u32, remote: bool) -> Result<&Region, MemError> {
         let region = self
             .slots
@@ -349,51 +383,13 @@ impl MrTable {
         offset: u64,
         out: &mut [u8],
     ) -> Result<(), MemError> {
-        let end = offset
-            .checked_add(out.len() as u64)
-            .ok_or(MemError::LengthExceeded)?;
         let inner = self.inner.read();
+        let need = AccessFlags::empty();
         // Check every SGE the range touches before copying any (a packet is all or nothing).
-        let mut sge_start = 0u64;
-        let mut covered = offset;
-        for sge in sges {
-            let sge_end = sge_start + u64::from(sge.length);
-            if sge.length > 0 && sge_end > offset && sge_start < end {
-                inner.span(
-                    pd,
-                    sge.lkey,
-                    false,
-                    AccessFlags::empty(),
-                    sge.addr,
-                    sge.length.into(),
-                )?;
-                covered = covered.max(sge_end.min(end));
-            }
-            sge_start = sge_end;
-        }
-        if covered < end {
-            return Err(MemError::LengthExceeded);
-        }
-        let mut sge_start = 0u64;
-        for sge in sges {
-            let sge_end = sge_start + u64::from(sge.length);
-            if sge.length > 0 && sge_end > offset && sge_start < end {
-                let whole = inner.span(
-                    pd,
-                    sge.lkey,
-                    false,
-                    AccessFlags::empty(),
-                    sge.addr,
-                    sge.length.into(),
-                )?;
-                let from = offset.max(sge_start);
-                let to = end.min(sge_end);
-                let piece = whole.sub((from - sge_start) as usize, (to - from) as usize);
-                piece.copy_to(&mut out[(from - offset) as usize..(to - offset) as usize]);
-            }
-            sge_start = sge_end;
-        }
-        Ok(())
+        inner.list_range(pd, sges, offset, out.len(), need, |_, _| {})?;
+        inner.list_range(pd, sges, offset, out.len(), need, |span, at| {
+            span.copy_to(&mut out[at])
+        })
     }
 
     /// Local scatter for a receive or a read response: writes `data` into the scatter list
@@ -403,37 +399,12 @@ impl MrTable {
     /// the data reaches must name by lkey a region of `pd` with LOCAL_WRITE that holds the
     /// whole SGE; zero-length SGEs are skipped. Nothing is written unless all of that holds.
     pub fn scatter(&self, pd: u32, sges: &[Sge], offset: u64, data: &[u8]) -> Result<(), MemError> {
-        let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
-        let end = offset
-            .checked_add(data.len() as u64)
-            .filter(|&e| e <= total)
-            .ok_or(MemError::LengthExceeded)?;
         let inner = self.inner.read();
-        // (span to write, the part of `data` it receives)
-        let mut pieces = Vec::new();
-        let mut sge_start = 0u64;
-        for sge in sges {
-            let sge_end = sge_start + u64::from(sge.length);
-            if sge.length > 0 && sge_end > offset && sge_start < end {
-                let whole = inner.span(
-                    pd,
-                    sge.lkey,
-                    false,
-                    AccessFlags::LOCAL_WRITE,
-                    sge.addr,
-                    sge.length.into(),
-                )?;
-                let lo = offset.max(sge_start);
-                let hi = end.min(sge_end);
-                let part = whole.sub((lo - sge_start) as usize, (hi - lo) as usize);
-                pieces.push((part, (lo - offset) as usize..(hi - offset) as usize));
-            }
-            sge_start = sge_end;
-        }
-        for (span, range) in pieces {
-            span.write_from(&data[range]);
-        }
-        Ok(())
+        let need = AccessFlags::LOCAL_WRITE;
+        inner.list_range(pd, sges, offset, data.len(), need, |_, _| {})?;
+        inner.list_range(pd, sges, offset, data.len(), need, |span, at| {
+            span.write_from(&data[at])
+        })
     }
 
     /// Validates a whole SGE list up front (key, PD, `need` access, bounds; zero-length SGEs
