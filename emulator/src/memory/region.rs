@@ -91,28 +91,24 @@ impl<'r> Span<'r> {
     pub(crate) fn append_to(&self, out: &mut Vec<u8>) {
         let start = out.len();
         out.resize(start + self.len, 0);
-        let dst = &mut out[start..];
-        // SAFETY: [host, host + len) lies inside a region (checked by `Region::span`) that is
-        // registered for 'r, and by the reg_mr contract registered memory stays allocated until
-        // deregister returns, which cannot happen while the table's read guard behind 'r is
-        // held. `dst` is exactly `len` bytes of a Vec we own, which by the same contract does
-        // not overlap registered memory. u8 has no alignment or validity requirements.
-        unsafe { std::ptr::copy_nonoverlapping(self.host as *const u8, dst.as_mut_ptr(), self.len) }
+        self.copy_to(&mut out[start..]);
     }
 
     /// Copies the span's bytes into `dst`, which must be exactly as long.
     pub(crate) fn copy_to(&self, dst: &mut [u8]) {
         assert_eq!(dst.len(), self.len, "copy_to: length mismatch");
-        // SAFETY: as in `append_to`, [host, host + len) is registered, allocated memory for
-        // 'r, and `dst` is a Rust slice of exactly `len` bytes that by the reg_mr contract
-        // does not overlap registered memory.
+        // SAFETY: [host, host + len) lies inside a region (checked by `Region::span`) that is
+        // registered for 'r, and by the reg_mr contract registered memory stays allocated until
+        // deregister returns, which cannot happen while the table's read guard behind 'r is
+        // held. `dst` is a Rust slice of exactly `len` bytes, which by the same contract does
+        // not overlap registered memory. u8 has no alignment or validity requirements.
         unsafe { std::ptr::copy_nonoverlapping(self.host as *const u8, dst.as_mut_ptr(), self.len) }
     }
 
     /// Overwrites the span with `src`, which must be exactly as long.
     pub(crate) fn write_from(&self, src: &[u8]) {
         assert_eq!(src.len(), self.len, "write_from: length mismatch");
-        // SAFETY: as in `append_to`, [host, host + len) is registered, allocated memory for 'r;
+        // SAFETY: as in `copy_to`, [host, host + len) is registered, allocated memory for 'r;
         // the registration's access flags were checked by the caller, and the reg_mr contract
         // allows the backend to write it. `src` is a Rust slice, so it cannot overlap memory
         // that the contract hands to the backend.
@@ -126,7 +122,7 @@ impl<'r> Span<'r> {
             return Err(MemError::Misaligned);
         }
         // SAFETY: the 8 bytes at `host` are registered, allocated memory for 'r (see
-        // `append_to`), and `host` is 8-aligned as AtomicU64 requires. The emulator accesses
+        // `copy_to`), and `host` is 8-aligned as AtomicU64 requires. The emulator accesses
         // this word only atomically while the reference lives; the application's own
         // concurrent accesses are the RDMA contract described in the module doc.
         Ok(unsafe { AtomicU64::from_ptr(self.host as *mut u64) })

@@ -82,8 +82,9 @@ struct Slot {
 impl Inner {
     /// Visits bytes `[offset, offset + len)` of the SGE list `sges`: for each SGE they touch
     /// (zero-length ones skipped), the part of its span they cover (the whole SGE checked for
-    /// `pd` and `need`) and where that part sits within the range. Stops at the first SGE
-    /// that fails; `LengthExceeded` if the list ends before the range does.
+    /// `pd` and `need`) and where that part sits within the range. `LengthExceeded`, before
+    /// any SGE is looked at, if the list ends before the range does; otherwise stops at the
+    /// first SGE that fails.
     fn list_range<'a>(
         &'a self,
         pd: u32,
@@ -93,8 +94,10 @@ impl Inner {
         need: AccessFlags,
         mut visit: impl FnMut(Span<'a>, std::ops::Range<usize>),
     ) -> Result<(), MemError> {
+        let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
         let end = offset
             .checked_add(len as u64)
+            .filter(|&e| e <= total)
             .ok_or(MemError::LengthExceeded)?;
         let mut sge_start = 0u64;
         for sge in sges {
@@ -107,9 +110,6 @@ impl Inner {
                 visit(part, (lo - offset) as usize..(hi - offset) as usize);
             }
             sge_start = sge_end;
-        }
-        if sge_start < end {
-            return Err(MemError::LengthExceeded);
         }
         Ok(())
     }

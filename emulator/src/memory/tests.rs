@@ -363,44 +363,62 @@ fn concurrent_fetch_add_is_exact() {
     assert_eq!(words, [0, 80_000]);
 }
 
-#[test]
-fn gather_checks_every_sge_first() {
-    let t = MrTable::new(4);
+/// A 32-byte region holding 0, 1, ... 31, registered for local access only (its guards
+/// stay alive in the returned buffer).
+fn counting_region(t: &MrTable) -> (Guarded, u64, softverbs_api::backend::MrKeys) {
     let mut g = Guarded::new(32);
     let base = g.addr();
     let k = t.register(PD, base, 32, AccessFlags::empty()).unwrap();
-    t.remote_read(PD, k.rkey, base, 1, &mut Vec::new())
-        .unwrap_err();
     g.buf[GUARD..GUARD + 32].copy_from_slice(&(0..32u8).collect::<Vec<_>>());
-    let sges = [
+    (g, base, k)
+}
+
+/// Bytes 4..7 of the region at `base`, an empty SGE with a bad key (skipped, its key never
+/// looked at), then `tail_len` bytes at `base + tail_at`.
+fn split_list(base: u64, lkey: u32, tail_at: u64, tail_len: u32) -> [Sge; 3] {
+    [
         Sge {
             addr: base + 4,
             length: 3,
-            lkey: k.lkey,
+            lkey,
         },
         Sge {
             addr: 0,
             length: 0,
             lkey: 0xbad,
-        }, // skipped, key not looked at
-        Sge {
-            addr: base + 30,
-            length: 2,
-            lkey: k.lkey,
         },
-    ];
+        Sge {
+            addr: base + tail_at,
+            length: tail_len,
+            lkey,
+        },
+    ]
+}
+
+/// The first SGE of `list`, then 2 bytes that run one past the end of the region.
+fn overrunning_list(list: &[Sge; 3], base: u64, lkey: u32) -> [Sge; 2] {
+    [
+        list[0],
+        Sge {
+            addr: base + 31,
+            length: 2,
+            lkey,
+        },
+    ]
+}
+
+#[test]
+fn gather_checks_every_sge_first() {
+    let t = MrTable::new(4);
+    let (_g, base, k) = counting_region(&t);
+    t.remote_read(PD, k.rkey, base, 1, &mut Vec::new())
+        .unwrap_err();
+    let sges = split_list(base, k.lkey, 30, 2);
     let mut out = vec![0xff];
     t.gather(PD, &sges, &mut out).unwrap();
     assert_eq!(out, [0xff, 4, 5, 6, 30, 31]);
     // A bad last SGE: nothing appended.
-    let bad = [
-        sges[0],
-        Sge {
-            addr: base + 31,
-            length: 2,
-            lkey: k.lkey,
-        },
-    ];
+    let bad = overrunning_list(&sges, base, k.lkey);
     assert_eq!(t.gather(PD, &bad, &mut out), Err(MemError::OutOfBounds));
     assert_eq!(out.len(), 6);
     assert_eq!(t.gather(PD + 1, &sges, &mut out), Err(MemError::PdMismatch));
@@ -416,27 +434,8 @@ fn gather_checks_every_sge_first() {
 #[test]
 fn gather_at_copies_one_packets_range_across_sges() {
     let t = MrTable::new(4);
-    let mut g = Guarded::new(32);
-    let base = g.addr();
-    let k = t.register(PD, base, 32, AccessFlags::empty()).unwrap();
-    g.buf[GUARD..GUARD + 32].copy_from_slice(&(0..32u8).collect::<Vec<_>>());
-    let sges = [
-        Sge {
-            addr: base + 4,
-            length: 3,
-            lkey: k.lkey,
-        },
-        Sge {
-            addr: 0,
-            length: 0,
-            lkey: 0xbad,
-        }, // skipped, key not looked at
-        Sge {
-            addr: base + 28,
-            length: 4,
-            lkey: k.lkey,
-        },
-    ];
+    let (_g, base, k) = counting_region(&t);
+    let sges = split_list(base, k.lkey, 28, 4);
     // The list reads 4 5 6 28 29 30 31; every window of it, at every offset.
     let list = [4u8, 5, 6, 28, 29, 30, 31];
     for offset in 0..list.len() {
@@ -454,19 +453,21 @@ fn gather_at_copies_one_packets_range_across_sges() {
     );
     assert_eq!(out, [0xee; 3]);
     // A bad SGE inside the range: nothing copied, not even the good SGE before it.
-    let bad = [
-        sges[0],
-        Sge {
-            addr: base + 31,
-            length: 2,
-            lkey: k.lkey,
-        },
-    ];
+    let bad = overrunning_list(&sges, base, k.lkey);
     assert_eq!(
         t.gather_at(PD, &bad, 1, &mut out),
         Err(MemError::OutOfBounds)
     );
     assert_eq!(out, [0xee; 3]);
+    // A range past the list's end is LengthExceeded before any SGE is looked at.
+    assert_eq!(
+        t.gather_at(PD, &bad, 0, &mut [0; 6]),
+        Err(MemError::LengthExceeded)
+    );
+    assert_eq!(
+        t.scatter(PD, &bad, 0, &[0; 6]),
+        Err(MemError::LengthExceeded)
+    );
     // ... but a bad SGE outside the range is not this packet's business.
     let mut two = [0u8; 2];
     t.gather_at(PD, &bad, 0, &mut two).unwrap();
