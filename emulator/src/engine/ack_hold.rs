@@ -9,10 +9,10 @@
 //!
 //! When the batch was received by an application thread (polling its CQ), the batch's ACKs
 //! are deferred rather than sent ([`DeferredAcks`]): the completion reaches the application
-//! first, and the ACKs leave with the next packets the device sends (typically the answer
-//! the application posts next: one send call instead of two, and none on the round trip's
-//! critical path), or at the latest when the application polls again, blocks, or the engine
-//! thread's next nap ends.
+//! first, and the ACKs leave with the next packets the device sends, behind them
+//! (typically the answer the application posts next: one send call instead of two, and
+//! none on the round trip's critical path), or at the latest when the application polls
+//! again, blocks, or the engine thread's next nap ends.
 
 use std::cell::RefCell;
 use std::net::IpAddr;
@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parking_lot::Mutex;
 
 use crate::transport::OutPacket;
+use crate::wire::opcode::{Opcode, Transport};
 
 /// BTH opcode of RC ACKNOWLEDGE.
 const RC_ACKNOWLEDGE: u8 = 0x11;
@@ -46,6 +47,15 @@ fn is_plain_ack(p: &OutPacket) -> bool {
         && p.bytes
             .get(AETH_SYNDROME_AT)
             .is_some_and(|s| s & 0b0110_0000 == 0)
+}
+
+/// A packet of a responder's stream (an ACK or NAK, a READ response or an atomic
+/// acknowledge), which share the responder's PSN order.
+fn is_response(p: &OutPacket) -> bool {
+    p.bytes
+        .first()
+        .and_then(|&op| Opcode(op).info())
+        .is_some_and(|info| info.transport == Transport::Rc && !info.is_request)
 }
 
 /// Starts holding ACKs in this thread (the start of a receive batch).
@@ -94,7 +104,8 @@ pub(crate) fn hold(packets: &mut Vec<OutPacket>, dropped: &mut Vec<Vec<u8>>) -> 
 }
 
 /// ACKs a device owes its peers but has not sent yet (see the module doc). Every send of
-/// the device takes them first, so they keep their order before later packets.
+/// the device takes them along, ahead of the responses of their connection, so that a
+/// connection's responses keep their order.
 #[derive(Default)]
 pub(crate) struct DeferredAcks {
     acks: Mutex<Vec<OutPacket>>,
@@ -123,14 +134,27 @@ impl DeferredAcks {
         self.pending.store(true, Ordering::SeqCst);
     }
 
-    /// Moves the deferred ACKs to the front of `packets` (which is about to be sent).
+    /// Moves the deferred ACKs into `packets` (which is about to be sent): behind the
+    /// requests, which are what the peer waits for (a datagram ahead of them delays them by
+    /// a receive call: 7.3 against 4.4 us per half round trip of a raw UDP ping-pong), but
+    /// ahead of any response of their own connection, so that a connection's responses keep
+    /// their order.
     pub(crate) fn take_into(&self, packets: &mut Vec<OutPacket>) {
         if !self.pending.load(Ordering::Acquire) {
             return;
         }
         let mut acks = self.acks.lock();
         self.pending.store(false, Ordering::Release);
-        packets.splice(0..0, acks.drain(..));
+        let mut front = 0;
+        for ack in acks.drain(..) {
+            let k = key(&ack);
+            if packets.iter().any(|p| is_response(p) && key(p) == k) {
+                packets.insert(front, ack);
+                front += 1;
+            } else {
+                packets.push(ack);
+            }
+        }
     }
 
     /// True if some are waiting.
@@ -186,21 +210,33 @@ mod tests {
     }
 
     #[test]
-    fn deferred_acks_keep_the_newest_per_connection_and_go_first() {
+    fn deferred_acks_keep_the_newest_per_connection_and_go_behind_requests_but_before_responses() {
         let d = DeferredAcks::default();
-        let mut out = vec![packet(0x04, 1, 0, 7)];
+        // A SEND ONLY request to QP 1, and a READ RESPONSE ONLY to QP 3.
+        let mut out = vec![packet(0x04, 1, 0, 7), packet(0x10, 3, 0, 9)];
         d.take_into(&mut out);
-        assert_eq!(out.len(), 1, "nothing deferred, nothing added");
+        assert_eq!(out.len(), 2, "nothing deferred, nothing added");
         assert!(!d.pending());
         d.defer(vec![packet(0x11, 1, 0, 1), packet(0x11, 2, 0, 1)]);
-        d.defer(vec![packet(0x11, 1, 0, 2)]);
+        d.defer(vec![packet(0x11, 1, 0, 2), packet(0x11, 3, 0, 8)]);
         assert!(d.pending());
         d.take_into(&mut out);
         let got: Vec<_> = out
             .iter()
             .map(|p| (p.bytes[0], p.bytes[7], p.bytes[11]))
             .collect();
-        assert_eq!(got, [(0x11, 1, 2), (0x11, 2, 1), (0x04, 1, 7)]);
+        // QP 3's ACK (PSN 8) keeps its place before QP 3's response (PSN 9); the others
+        // leave behind the request, which the peer is waiting for.
+        assert_eq!(
+            got,
+            [
+                (0x11, 3, 8),
+                (0x04, 1, 7),
+                (0x10, 3, 9),
+                (0x11, 1, 2),
+                (0x11, 2, 1)
+            ]
+        );
         assert!(!d.pending());
         let mut again = Vec::new();
         d.take_into(&mut again);

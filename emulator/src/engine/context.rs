@@ -305,7 +305,7 @@ impl Device {
 
     /// Sends `packets` (emptying the vector) and recycles their buffers.
     pub(crate) fn send_packets(&self, packets: &mut Vec<crate::transport::OutPacket>) {
-        // Deferred ACKs were produced before these packets: they go first, in the same call.
+        // Deferred ACKs join in the same call (behind the requests, see take_into).
         self.deferred_acks.take_into(packets);
         if packets.is_empty() {
             return;
