@@ -179,7 +179,7 @@ impl Device {
         let mut qp = entry.qp.lock();
         let env = Env {
             mem: &self.mem,
-            now_ns: super::worker::batch_now().unwrap_or_else(|| self.clock.now_ns()),
+            now_ns: super::worker::batch_now(&self.clock),
             srq: entry.srq.as_deref(),
             ahs: Some(&ahs),
             rx,

@@ -102,8 +102,9 @@ fn receive_ready(dev: &Device, acks_leave: AckTiming) -> std::io::Result<usize> 
     let mut result = Ok(());
     super::ack_hold::begin();
     for _ in 0..RX_ROUNDS {
-        // One clock read per batch of datagrams, not per datagram (see batch_now).
-        BATCH_NOW.with(|n| n.set(Some(dev.clock.now_ns())));
+        // One clock read per batch of datagrams, not per datagram, and none for an empty
+        // receive (see batch_now).
+        BATCH_NOW.with(|n| n.set(BatchClock::Unread));
         match dev
             .link
             .recv_ready(RX_BATCH, &mut |d| handle_datagram(dev, d))
@@ -120,7 +121,7 @@ fn receive_ready(dev: &Device, acks_leave: AckTiming) -> std::io::Result<usize> 
             }
         }
     }
-    BATCH_NOW.with(|n| n.set(None));
+    BATCH_NOW.with(|n| n.set(BatchClock::Outside));
     // The newest ACK of each connection the batch acknowledged.
     let mut acks = super::ack_hold::end();
     if acks_leave == AckTiming::Deferred {
@@ -136,17 +137,36 @@ fn receive_ready(dev: &Device, acks_leave: AckTiming) -> std::io::Result<usize> 
     result.map(|()| total)
 }
 
-thread_local! {
-    /// The time of the receive batch this thread is handling, if it is handling one.
-    static BATCH_NOW: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+/// The clock of the receive batch a thread is handling.
+#[derive(Clone, Copy)]
+enum BatchClock {
+    /// Not in a batch.
+    Outside,
+    /// In a batch that has not needed the time yet.
+    Unread,
+    /// In a batch, at this time.
+    At(u64),
 }
 
-/// The clock reading of the receive batch the calling thread is handling: the datagrams of
-/// one batch (at most [`RX_BATCH`], handled within microseconds) share it, so a deadline
-/// armed by the last of them may be early by that much, far below any RC timer's
-/// resolution; a clock read per datagram showed as 6% of a receiving thread.
-pub(crate) fn batch_now() -> Option<u64> {
-    BATCH_NOW.with(|n| n.get())
+thread_local! {
+    static BATCH_NOW: std::cell::Cell<BatchClock> = const { std::cell::Cell::new(BatchClock::Outside) };
+}
+
+/// The time for a transport call: inside a receive batch, the clock reading of the batch's
+/// first datagram, which the datagrams of one batch (at most [`RX_BATCH`], handled within
+/// microseconds) share, so a deadline armed by the last of them may be early by that much,
+/// far below any RC timer's resolution (a clock read per datagram showed as 6% of a
+/// receiving thread); outside one, the clock.
+pub(crate) fn batch_now(clock: &super::clock::Clock) -> u64 {
+    BATCH_NOW.with(|n| match n.get() {
+        BatchClock::At(t) => t,
+        BatchClock::Unread => {
+            let t = clock.now_ns();
+            n.set(BatchClock::At(t));
+            t
+        }
+        BatchClock::Outside => clock.now_ns(),
+    })
 }
 
 /// Receives in the calling (application) thread if the link is pollable and nobody else

@@ -185,30 +185,34 @@ fn recv_batch_flags(
 ) -> io::Result<usize> {
     let n = slots.capacity().min(limit).max(1);
     let slot = slots.slot_bytes;
-    // SAFETY: plain old data; all-zero is a valid value of each.
-    let mut iovs: [libc::iovec; MAX_BATCH] = unsafe { std::mem::zeroed() };
-    let mut msgs: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
+    // Only the entries used are written: an application polling an empty CQ makes this
+    // call in a loop, and zeroing all MAX_BATCH headers cost more than the empty receive.
+    let mut iovs = [const { MaybeUninit::<libc::iovec>::uninit() }; MAX_BATCH];
+    let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; MAX_BATCH];
     let base = slots.data.as_mut_ptr();
     for i in 0..n {
-        iovs[i] = libc::iovec {
+        let iov = iovs[i].write(libc::iovec {
             // SAFETY: slot i lies inside `data` (n slots of `slot` bytes).
             iov_base: unsafe { base.add(i * slot) }.cast(),
             iov_len: slot,
-        };
-        msgs[i].msg_hdr.msg_name = (&mut slots.addrs[i] as *mut libc::sockaddr_storage).cast();
-        msgs[i].msg_hdr.msg_namelen =
-            std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        msgs[i].msg_hdr.msg_iov = &mut iovs[i] as *mut libc::iovec;
-        msgs[i].msg_hdr.msg_iovlen = 1;
-        msgs[i].msg_hdr.msg_control = slots.ctrl[i].as_mut_ptr().cast();
-        msgs[i].msg_hdr.msg_controllen = std::mem::size_of::<[u64; CTRL_WORDS]>() as _;
+        });
+        // SAFETY: mmsghdr is plain old data; all-zero is a valid empty header.
+        let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        m.msg_hdr.msg_name = (&mut slots.addrs[i] as *mut libc::sockaddr_storage).cast();
+        m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        m.msg_hdr.msg_iov = iov as *mut libc::iovec;
+        m.msg_hdr.msg_iovlen = 1;
+        m.msg_hdr.msg_control = slots.ctrl[i].as_mut_ptr().cast();
+        m.msg_hdr.msg_controllen = std::mem::size_of::<[u64; CTRL_WORDS]>() as _;
+        msgs[i].write(m);
     }
-    // SAFETY: the first n headers point at live iovecs over `data`, sockaddr_storages and
-    // control buffers of the sizes given; no timeout pointer.
+    // SAFETY: the first n headers were written above and point at live iovecs over `data`,
+    // sockaddr_storages and control buffers of the sizes given; the kernel reads no further
+    // entries; no timeout pointer.
     let rc = unsafe {
         libc::recvmmsg(
             socket.as_raw_fd(),
-            msgs.as_mut_ptr(),
+            msgs.as_mut_ptr().cast::<libc::mmsghdr>(),
             n as libc::c_uint,
             flags,
             std::ptr::null_mut(),
@@ -218,6 +222,8 @@ fn recv_batch_flags(
         return Err(io::Error::last_os_error());
     }
     let got = rc as usize;
+    // SAFETY: the kernel filled (at most) the first n headers, which were initialised.
+    let msgs = unsafe { std::slice::from_raw_parts(msgs.as_ptr().cast::<libc::mmsghdr>(), n) };
     for (i, m) in msgs.iter().take(got).enumerate() {
         slots.lens[i] = (m.msg_len as usize).min(slot);
         slots.addr_lens[i] = m.msg_hdr.msg_namelen;
