@@ -22,65 +22,137 @@ pub const MAX_BATCH: usize = 64;
 /// the buffer is aligned for `cmsghdr`.
 const CTRL_WORDS: usize = 8;
 
+/// A datagram to send: its bytes and where they go.
+pub trait Datagram {
+    /// The UDP payload.
+    fn bytes(&self) -> &[u8];
+    /// The destination.
+    fn destination(&self) -> SocketAddr;
+}
+
+impl Datagram for (&[u8], SocketAddr) {
+    fn bytes(&self) -> &[u8] {
+        self.0
+    }
+    fn destination(&self) -> SocketAddr {
+        self.1
+    }
+}
+
+/// Most datagrams (iovecs) of one [`send_runs`] call.
+pub const MAX_SEND_DATAGRAMS: usize = 4 * MAX_BATCH;
+
 /// Sends `datagrams` (bytes, destination) with as few sendmmsg calls as possible; returns
 /// how many the kernel took (a full socket buffer stops a call early, which is loss to a
 /// datagram protocol: the caller decides). Allocates nothing: the headers live on the stack.
 pub fn send_batch(socket: &impl AsRawFd, datagrams: &[(&[u8], SocketAddr)]) -> io::Result<usize> {
+    let ones = [1usize; MAX_BATCH];
     let mut sent = 0;
     for chunk in datagrams.chunks(MAX_BATCH) {
-        // Only the entries used are written: zeroing whole arrays (8 KiB of addresses) cost
-        // more than the call when a batch holds one datagram.
-        let mut addrs = [const { MaybeUninit::<libc::sockaddr_storage>::uninit() }; MAX_BATCH];
-        let mut iovs = [const { MaybeUninit::<libc::iovec>::uninit() }; MAX_BATCH];
-        let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; MAX_BATCH];
-        for (i, (bytes, dst)) in chunk.iter().enumerate() {
-            let sa = SockAddr::from(*dst);
-            let addr = addrs[i].as_mut_ptr();
-            // SAFETY: `sa` holds `sa.len()` valid bytes of a sockaddr, at most the size of
-            // sockaddr_storage, copied into this entry's own storage; they do not overlap.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    sa.as_ptr().cast::<u8>(),
-                    addr.cast::<u8>(),
-                    sa.len() as usize,
-                )
-            };
-            let iov = iovs[i].write(libc::iovec {
-                iov_base: bytes.as_ptr() as *mut libc::c_void,
-                iov_len: bytes.len(),
-            });
-            // SAFETY: mmsghdr is plain old data; all-zero is a valid empty header.
-            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            m.msg_hdr.msg_name = addr.cast();
-            m.msg_hdr.msg_namelen = sa.len();
-            m.msg_hdr.msg_iov = iov as *mut libc::iovec;
-            m.msg_hdr.msg_iovlen = 1;
-            msgs[i].write(m);
-        }
-        // SAFETY: the first `chunk.len()` headers were written above and point at iovecs and
-        // sockaddrs on this stack frame and at the caller's buffers, all alive until the call
-        // returns; the kernel reads no further entries.
-        let rc = unsafe {
-            libc::sendmmsg(
-                socket.as_raw_fd(),
-                msgs.as_mut_ptr().cast::<libc::mmsghdr>(),
-                chunk.len() as libc::c_uint,
-                0,
-            )
-        };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            if sent > 0 {
-                return Ok(sent);
+        match send_runs(socket, chunk, &ones[..chunk.len()]) {
+            Ok(k) => {
+                sent += k;
+                if k < chunk.len() {
+                    break;
+                }
             }
-            return Err(e);
-        }
-        sent += rc as usize;
-        if (rc as usize) < chunk.len() {
-            break;
+            Err(e) if sent == 0 => return Err(e),
+            Err(_) => break,
         }
     }
     Ok(sent)
+}
+
+/// Sends `datagrams` with ONE sendmmsg: entry `k` of `runs` takes the next `runs[k]`
+/// datagrams, which go as one plain datagram (a run of 1) or as one UDP GSO send (the kernel
+/// cuts the run apart again, or delivers it in one piece to a GRO socket on this host). The
+/// datagrams of a run share the destination of their first and are all the size of the
+/// first but the last, which may be shorter. Returns how many entries (not datagrams) the
+/// kernel took, like sendmmsg; at most [`MAX_BATCH`] entries and [`MAX_SEND_DATAGRAMS`]
+/// datagrams. A kernel without UDP GSO refuses a run with EINVAL, ENOPROTOOPT or EIO.
+///
+/// Why one call: a message's first packet is longer than the rest (its RETH) and cannot
+/// join their GSO run; as two syscalls, a 64 KiB WRITE paid twice the per-call cost.
+pub fn send_runs<D: Datagram>(
+    socket: &impl AsRawFd,
+    datagrams: &[D],
+    runs: &[usize],
+) -> io::Result<usize> {
+    let total: usize = runs.iter().sum();
+    if runs.is_empty()
+        || runs.len() > MAX_BATCH
+        || total > datagrams.len()
+        || total > MAX_SEND_DATAGRAMS
+        || runs.contains(&0)
+    {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    // Only the entries used are written: zeroing whole arrays (8 KiB of addresses) cost
+    // more than the call when a batch holds one datagram.
+    let mut addrs = [const { MaybeUninit::<libc::sockaddr_storage>::uninit() }; MAX_BATCH];
+    let mut iovs = [const { MaybeUninit::<libc::iovec>::uninit() }; MAX_SEND_DATAGRAMS];
+    let mut ctrls = [const { MaybeUninit::<[u64; CTRL_WORDS]>::uninit() }; MAX_BATCH];
+    let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; MAX_BATCH];
+    let mut next = 0;
+    for (k, &run) in runs.iter().enumerate() {
+        let sa = SockAddr::from(datagrams[next].destination());
+        let addr = addrs[k].as_mut_ptr();
+        // SAFETY: `sa` holds `sa.len()` valid bytes of a sockaddr, at most the size of
+        // sockaddr_storage, copied into this entry's own storage; they do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                sa.as_ptr().cast::<u8>(),
+                addr.cast::<u8>(),
+                sa.len() as usize,
+            )
+        };
+        for (iov, d) in iovs[next..next + run].iter_mut().zip(&datagrams[next..]) {
+            let bytes = d.bytes();
+            iov.write(libc::iovec {
+                iov_base: bytes.as_ptr() as *mut libc::c_void,
+                iov_len: bytes.len(),
+            });
+        }
+        // SAFETY: mmsghdr is plain old data; all-zero is a valid empty header.
+        let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        m.msg_hdr.msg_name = addr.cast();
+        m.msg_hdr.msg_namelen = sa.len();
+        m.msg_hdr.msg_iov = iovs[next].as_mut_ptr();
+        m.msg_hdr.msg_iovlen = run as _;
+        if run > 1 {
+            let seg = datagrams[next].bytes().len() as u16;
+            m.msg_hdr.msg_control = ctrls[k].write([0; CTRL_WORDS]).as_mut_ptr().cast();
+            // SAFETY: CMSG_SPACE is arithmetic on the payload size.
+            m.msg_hdr.msg_controllen =
+                unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as _;
+            // SAFETY: the control buffer is 64 aligned bytes, more than CMSG_SPACE(2); the
+            // header written and the u16 after it lie inside it.
+            unsafe {
+                let c = libc::CMSG_FIRSTHDR(&m.msg_hdr);
+                (*c).cmsg_level = libc::SOL_UDP;
+                (*c).cmsg_type = libc::UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+            }
+        }
+        msgs[k].write(m);
+        next += run;
+    }
+    // SAFETY: the first `runs.len()` headers were written above and point at iovecs,
+    // sockaddrs and control buffers on this stack frame and at the caller's buffers, all
+    // alive until the call returns; the kernel reads no further entries.
+    let rc = unsafe {
+        libc::sendmmsg(
+            socket.as_raw_fd(),
+            msgs.as_mut_ptr().cast::<libc::mmsghdr>(),
+            runs.len() as libc::c_uint,
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rc as usize)
 }
 
 /// Waits up to `timeout` until `socket` has something to receive, without receiving it;
@@ -249,52 +321,6 @@ fn gro_segment(hdr: &libc::msghdr) -> usize {
     0
 }
 
-/// Sends `segments` (each exactly `segments[0].len()` bytes but the last, which may be
-/// shorter) to `dst` as ONE UDP GSO send: the kernel cuts them apart again (or, towards a
-/// GRO socket on this host, delivers them in one piece). Errors are the kernel's; a
-/// kernel without UDP GSO answers EINVAL, ENOPROTOOPT or EIO, and the caller falls back.
-pub fn send_gso(socket: &impl AsRawFd, segments: &[&[u8]], dst: SocketAddr) -> io::Result<()> {
-    if segments.is_empty() || segments.len() > MAX_BATCH {
-        return Err(io::Error::from(io::ErrorKind::InvalidInput));
-    }
-    let seg = segments[0].len() as u16;
-    let mut iovs = [const { MaybeUninit::<libc::iovec>::uninit() }; MAX_BATCH];
-    for (iov, s) in iovs.iter_mut().zip(segments) {
-        iov.write(libc::iovec {
-            iov_base: s.as_ptr() as *mut libc::c_void,
-            iov_len: s.len(),
-        });
-    }
-    let sa = SockAddr::from(dst);
-    let mut ctrl = [0u64; CTRL_WORDS];
-    // SAFETY: plain old data; all-zero is a valid value.
-    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-    hdr.msg_name = sa.as_ptr() as *mut libc::c_void;
-    hdr.msg_namelen = sa.len();
-    // The first `segments.len()` iovecs were written above; the kernel reads no others.
-    hdr.msg_iov = iovs.as_mut_ptr().cast::<libc::iovec>();
-    hdr.msg_iovlen = segments.len() as _;
-    hdr.msg_control = ctrl.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE is arithmetic on the payload size.
-    hdr.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as _;
-    // SAFETY: the control buffer is 64 aligned bytes, more than CMSG_SPACE(2); the header
-    // written and the u16 after it lie inside it.
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&hdr);
-        (*c).cmsg_level = libc::SOL_UDP;
-        (*c).cmsg_type = libc::UDP_SEGMENT;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
-    }
-    // SAFETY: the header points at the sockaddr, iovecs and control buffer above and the
-    // caller's segments, all alive for the call.
-    let rc = unsafe { libc::sendmsg(socket.as_raw_fd(), &hdr, 0) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// Turns on UDP GSO for every send of `socket`: a send of more than `segment_bytes` leaves
 /// as datagrams of `segment_bytes` (the last may be shorter). `Unsupported`-style errors
 /// (ENOPROTOOPT, EINVAL) on kernels without it: the caller falls back.
@@ -365,7 +391,7 @@ mod tests {
     }
 
     #[test]
-    fn a_gso_send_arrives_as_its_datagrams() {
+    fn one_sendmmsg_carries_plain_datagrams_and_a_gso_run_in_order() {
         let a = UdpSocket::bind("127.0.0.1:0").unwrap();
         let b = UdpSocket::bind("127.0.0.1:0").unwrap();
         b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -373,13 +399,21 @@ mod tests {
         let segs: Vec<Vec<u8>> = (0..5u8)
             .map(|i| vec![i; if i == 4 { 300 } else { 1000 }])
             .collect();
-        let list: Vec<&[u8]> = segs.iter().map(|s| s.as_slice()).collect();
-        if send_gso(&a, &list, b.local_addr().unwrap()).is_err() {
-            return; // no UDP GSO in this kernel: the link falls back to sendmmsg
+        let dst = b.local_addr().unwrap();
+        // A plain datagram, the run of five, another plain one: one sendmmsg.
+        let mut list: Vec<(&[u8], SocketAddr)> = vec![(&b"first"[..], dst)];
+        list.extend(segs.iter().map(|s| (s.as_slice(), dst)));
+        list.push((&b"after"[..], dst));
+        match send_runs(&a, &list, &[1, 5, 1]) {
+            Ok(n) => assert_eq!(n, 3, "every entry went out"),
+            Err(_) => return, // no UDP GSO in this kernel: the link falls back to sendmmsg
         }
+        let mut want = vec![b"first".to_vec()];
+        want.extend(segs.iter().cloned());
+        want.push(b"after".to_vec());
         let mut slots = RecvSlots::new(8, 65536);
         let mut seen = Vec::new();
-        while seen.len() < 5 {
+        while seen.len() < want.len() {
             let n = recv_batch(&b, &mut slots).unwrap();
             for i in 0..n {
                 let (bytes, _) = slots.get(i);
@@ -392,6 +426,17 @@ mod tests {
                 }
             }
         }
-        assert_eq!(seen, segs);
+        assert_eq!(seen, want);
+    }
+
+    #[test]
+    fn send_runs_refuses_a_plan_that_does_not_fit_its_datagrams() {
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let dst = a.local_addr().unwrap();
+        let list: Vec<(&[u8], SocketAddr)> = vec![(&b"x"[..], dst); 3];
+        for runs in [&[][..], &[4][..], &[1, 0, 2][..]] {
+            let e = send_runs(&a, &list, runs).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{runs:?}");
+        }
     }
 }

@@ -13,8 +13,9 @@
 //! Batching: the socket is non-blocking; waits are poll(2), receives recvmmsg batches into
 //! buffers allocated once, and the packets of one transport call leave in one sendmmsg.
 //! Towards loopback addresses, runs of equal-sized packets to one destination (the middle
-//! and last packets of a message) leave as one UDP GSO send, and the socket asks for GRO,
-//! so that such a run crosses the kernel as one buffer; receives split it again. Loopback
+//! and last packets of a message) are one entry of that sendmmsg, a UDP GSO send, and the
+//! socket asks for GRO, so that such a run crosses the kernel as one buffer; receives split
+//! it again. Loopback
 //! only, because the kernel numbers the IPv4 identification of GSO segments 0, 1, 2 ...
 //! while each packet's ICRC covers identification 0: a softverbs receiver never sees the
 //! IP header (it assumes 0 for port-4791 senders), a kernel rxe on a wire would. Without
@@ -28,7 +29,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use super::batch_sys::{self, RecvSlots, MAX_BATCH};
+use super::batch_sys::{self, RecvSlots, MAX_BATCH, MAX_SEND_DATAGRAMS};
 use super::{DatagramView, InDatagram, Link, MAX_DATAGRAM_BYTES};
 use crate::transport::OutPacket;
 use crate::wire::{write_icrc, IcrcContext, IpHeaderInfo};
@@ -135,24 +136,62 @@ impl UdpLink {
 }
 
 impl UdpLink {
-    /// Sends `list` with sendmmsg; datagrams the kernel refuses for lack of buffer space are
-    /// lost (the transport retransmits), other errors are returned after the rest went out.
-    fn flush(&self, list: &[(&[u8], SocketAddr)]) -> io::Result<()> {
+    /// Sends `list` with sendmmsg, `runs` as in [`batch_sys::send_runs`]; datagrams the
+    /// kernel refuses for lack of buffer space are lost (the transport retransmits), other
+    /// errors are returned after the rest went out. A GSO run the kernel refuses turns GSO
+    /// off (said once) and leaves as plain datagrams.
+    fn flush(&self, list: &[OutPacket], runs: &[usize]) -> io::Result<()> {
         let mut first = Ok(());
-        let mut done = 0;
-        while done < list.len() {
-            match batch_sys::send_batch(&self.socket, &list[done..]) {
-                Ok(k) => done += k.max(1),
-                Err(e) if is_loss(&e) => done += 1,
+        let (mut entry, mut datagram) = (0, 0);
+        while entry < runs.len() {
+            let sent = match batch_sys::send_runs(&self.socket, &list[datagram..], &runs[entry..]) {
+                Ok(k) => k.max(1),
+                Err(e) if is_loss(&e) => 1,
+                Err(e) if runs[entry] > 1 && gso_unsupported(&e) => {
+                    if self.gso.swap(false, Ordering::Relaxed) {
+                        tracing::debug!(error = %e, "UDP GSO refused; using sendmmsg");
+                    }
+                    let run: Vec<(&[u8], SocketAddr)> = list[datagram..datagram + runs[entry]]
+                        .iter()
+                        .map(|p| (&p.bytes[..], dst_of(p)))
+                        .collect();
+                    let mut done = 0;
+                    while done < run.len() {
+                        match batch_sys::send_batch(&self.socket, &run[done..]) {
+                            Ok(k) => done += k.max(1),
+                            Err(e) if is_loss(&e) => done += 1,
+                            Err(e) => {
+                                if first.is_ok() {
+                                    first = Err(e);
+                                }
+                                done += 1;
+                            }
+                        }
+                    }
+                    1
+                }
                 Err(e) => {
                     if first.is_ok() {
                         first = Err(e);
                     }
-                    done += 1;
+                    1
                 }
+            };
+            for &run in &runs[entry..entry + sent] {
+                datagram += run;
             }
+            entry += sent;
         }
         first
+    }
+}
+
+impl batch_sys::Datagram for OutPacket {
+    fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+    fn destination(&self) -> SocketAddr {
+        dst_of(self)
     }
 }
 
@@ -244,16 +283,10 @@ impl Link for UdpLink {
             self.finalize(p)?;
         }
         let mut first = Ok(());
-        let mut note = |r: io::Result<()>| {
-            if let Err(e) = r {
-                if first.is_ok() {
-                    first = Err(e);
-                }
-            }
-        };
-        // Packets not in a GSO run wait here and leave together, in order.
-        let mut pending: [(&[u8], SocketAddr); MAX_BATCH] = [(&[][..], self.local); MAX_BATCH];
-        let mut n_pending = 0;
+        // One sendmmsg per window of packets: their grouping into entries (a plain
+        // datagram, or a GSO run), flushed when either limit of a call is reached.
+        let mut runs = [0usize; MAX_BATCH];
+        let (mut start, mut n_runs) = (0, 0);
         let mut i = 0;
         while i < packets.len() {
             let run = if self.gso.load(Ordering::Relaxed) {
@@ -261,39 +294,21 @@ impl Link for UdpLink {
             } else {
                 1
             };
-            if run > 1 {
-                note(self.flush(&pending[..n_pending]));
-                n_pending = 0;
-                let dst = dst_of(&packets[i]);
-                let mut segs: [&[u8]; MAX_BATCH] = [&[][..]; MAX_BATCH];
-                for (slot, p) in segs.iter_mut().zip(&packets[i..i + run]) {
-                    *slot = &p.bytes;
+            if n_runs == MAX_BATCH || i + run - start > MAX_SEND_DATAGRAMS {
+                if let Err(e) = self.flush(&packets[start..i], &runs[..n_runs]) {
+                    first = first.and(Err(e));
                 }
-                match batch_sys::send_gso(&self.socket, &segs[..run], dst) {
-                    Ok(()) => {}
-                    Err(e) if is_loss(&e) => {}
-                    Err(e) if gso_unsupported(&e) => {
-                        // No GSO here: say so once and send this run the plain way.
-                        self.gso.store(false, Ordering::Relaxed);
-                        tracing::debug!(error = %e, "UDP GSO refused; using sendmmsg");
-                        let list: Vec<(&[u8], SocketAddr)> =
-                            segs[..run].iter().map(|s| (*s, dst)).collect();
-                        note(self.flush(&list));
-                    }
-                    Err(e) => note(Err(e)),
-                }
-                i += run;
-                continue;
+                (start, n_runs) = (i, 0);
             }
-            if n_pending == MAX_BATCH {
-                note(self.flush(&pending[..n_pending]));
-                n_pending = 0;
-            }
-            pending[n_pending] = (&packets[i].bytes[..], dst_of(&packets[i]));
-            n_pending += 1;
-            i += 1;
+            runs[n_runs] = run;
+            n_runs += 1;
+            i += run;
         }
-        note(self.flush(&pending[..n_pending]));
+        if n_runs > 0 {
+            if let Err(e) = self.flush(&packets[start..], &runs[..n_runs]) {
+                first = first.and(Err(e));
+            }
+        }
         first
     }
 
