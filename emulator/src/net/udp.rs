@@ -15,11 +15,11 @@
 //! Towards loopback addresses, runs of equal-sized packets to one destination (the middle
 //! and last packets of a message) are one entry of that sendmmsg, a UDP GSO send, and the
 //! socket asks for GRO, so that such a run crosses the kernel as one buffer; receives split
-//! it again. Loopback
-//! only, because the kernel numbers the IPv4 identification of GSO segments 0, 1, 2 ...
-//! while each packet's ICRC covers identification 0: a softverbs receiver never sees the
-//! IP header (it assumes 0 for port-4791 senders), a kernel rxe on a wire would. Without
-//! GSO in the kernel the first refused send turns it off and sendmmsg carries everything.
+//! it again. Loopback only, because the kernel numbers the IPv4 identification of GSO
+//! segments 0, 1, 2 ... while each packet's ICRC covers identification 0: a softverbs
+//! receiver never sees the IP header (it assumes 0 for port-4791 senders), a kernel rxe on
+//! a wire would. Without GSO in the kernel the first refused send turns it off and sendmmsg
+//! carries everything.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -151,29 +151,16 @@ impl UdpLink {
                     if self.gso.swap(false, Ordering::Relaxed) {
                         tracing::debug!(error = %e, "UDP GSO refused; using sendmmsg");
                     }
-                    let run: Vec<(&[u8], SocketAddr)> = list[datagram..datagram + runs[entry]]
-                        .iter()
-                        .map(|p| (&p.bytes[..], dst_of(p)))
-                        .collect();
-                    let mut done = 0;
-                    while done < run.len() {
-                        match batch_sys::send_batch(&self.socket, &run[done..]) {
-                            Ok(k) => done += k.max(1),
-                            Err(e) if is_loss(&e) => done += 1,
-                            Err(e) => {
-                                if first.is_ok() {
-                                    first = Err(e);
-                                }
-                                done += 1;
-                            }
-                        }
-                    }
+                    // The run again, each datagram an entry of its own (a run is at most
+                    // MAX_BATCH datagrams, see gso_run).
+                    let run = runs[entry];
+                    let plain = [1; MAX_BATCH];
+                    let retried = self.flush(&list[datagram..datagram + run], &plain[..run]);
+                    first = first.and(retried);
                     1
                 }
                 Err(e) => {
-                    if first.is_ok() {
-                        first = Err(e);
-                    }
+                    first = first.and(Err(e));
                     1
                 }
             };
