@@ -325,7 +325,7 @@ fn gro_segment(hdr: &libc::msghdr) -> usize {
 /// as datagrams of `segment_bytes` (the last may be shorter). `Unsupported`-style errors
 /// (ENOPROTOOPT, EINVAL) on kernels without it: the caller falls back.
 pub fn set_udp_segment(socket: &impl AsRawFd, segment_bytes: u16) -> io::Result<()> {
-    set_int(
+    super::sys::set_int_option(
         socket,
         libc::SOL_UDP,
         libc::UDP_SEGMENT,
@@ -336,30 +336,7 @@ pub fn set_udp_segment(socket: &impl AsRawFd, segment_bytes: u16) -> io::Result<
 /// Turns on UDP GRO receive coalescing: one receive may return several equal datagrams
 /// back to back.
 pub fn set_udp_gro(socket: &impl AsRawFd, on: bool) -> io::Result<()> {
-    set_int(socket, libc::SOL_UDP, libc::UDP_GRO, on as libc::c_int)
-}
-
-fn set_int(
-    socket: &impl AsRawFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: libc::c_int,
-) -> io::Result<()> {
-    // SAFETY: a live fd, a pointer to a c_int that outlives the call and its exact size.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            level,
-            name,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    super::sys::set_int_option(socket, libc::SOL_UDP, libc::UDP_GRO, on as libc::c_int)
 }
 
 #[cfg(test)]

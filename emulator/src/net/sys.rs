@@ -34,7 +34,7 @@ pub fn set_recv_buffer_force(socket: &impl AsRawFd, bytes: usize) -> io::Result<
 }
 
 /// setsockopt(2) of one `int` option.
-fn set_int_option(
+pub(crate) fn set_int_option(
     socket: &impl AsRawFd,
     level: libc::c_int,
     name: libc::c_int,
