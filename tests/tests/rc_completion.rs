@@ -1,15 +1,19 @@
-//! Which send WRs complete (SIGNALED / sq_sig_all), and the responder making progress while
-//! the receiving application calls nothing.
+//! Which send WRs complete (SIGNALED / sq_sig_all), unsignaled ones leaving the send queue
+//! without an ACK request of their own, and the responder making progress while the
+//! receiving application calls nothing.
 //!
 //! File number 5: devices on 127.10.5.n.
 
 use std::sync::mpsc;
 use std::time::Duration;
 
-use softverbs::{RcConnectOptions, SendFlags, SendWr, WcStatus};
+use softverbs::{
+    ChannelNetwork, DeviceConfig, LinkConfig, RcConnectOptions, SendFlags, SendWr, WcStatus,
+};
 use softverbs_conformance::{
-    assert_bytes_eq, assert_cq_empty, check_recv_wc, check_send_wc, pattern, poll_1, poll_n,
-    rc_pair, SideConfig, WAIT,
+    assert_bytes_eq, assert_cq_empty, check_recv_wc, check_send_wc, connect_pair, device_name,
+    pattern, poll_1, poll_n, rc_pair, register_and_open, side_pair, test_ip, wait_until, Side,
+    SideConfig, WAIT,
 };
 
 const FILE: u8 = 5;
@@ -257,5 +261,68 @@ fn acks_deferred_by_a_polling_receiver_leave_when_it_goes_quiet() {
         (c.retransmitted_packets, c.ack_timeouts),
         (0, 0),
         "every ACK came without a retransmission: {c:?}"
+    );
+}
+
+/// Unsignaled SENDs ask for no ACK (the requester coalesces them): the responder still
+/// acknowledges them once the traffic pauses, so that they leave the send queue without
+/// the retransmission timer. On the UDP link and on the in-process one.
+#[test]
+fn unsignaled_sends_are_acknowledged_unasked_when_the_traffic_pauses() {
+    let (a, b) = rc_pair(FILE, 11, 12, &SideConfig::default(), &one_second_timeout());
+    unsignaled_bursts_leave_the_send_queue(&a, &b);
+    let net = ChannelNetwork::new();
+    let open = |n: u8| {
+        register_and_open(DeviceConfig {
+            link: LinkConfig::Channel(net.clone()),
+            ..DeviceConfig::new(device_name(FILE, n), test_ip(FILE, n))
+        })
+    };
+    let (a, b) = side_pair(&open(13), &open(14), &SideConfig::default());
+    connect_pair(&a, &b, 7, 9, &one_second_timeout());
+    unsignaled_bursts_leave_the_send_queue(&a, &b);
+}
+
+/// A 1 s ACK timeout: an ACK left to the timer shows as a retransmission.
+fn one_second_timeout() -> RcConnectOptions {
+    RcConnectOptions {
+        timeout: 18,
+        ..RcConnectOptions::default()
+    }
+}
+
+fn unsignaled_bursts_leave_the_send_queue(a: &Side, b: &Side) {
+    let data = pattern(11, 64);
+    a.send_mr.write(0, &data).unwrap();
+    // 12 SENDs in all: fewer than the 16 after which the requester asks anyway.
+    let (bursts, burst) = (4u64, 3u64);
+    for n in 0..bursts {
+        for i in 0..burst {
+            let id = n * burst + i;
+            b.post_recv(id, vec![b.recv_mr.sge(64 * i as usize, 64).unwrap()]);
+            a.post_send(unsignaled(SendWr::send(
+                id,
+                vec![a.send_mr.sge(0, 64).unwrap()],
+            )));
+        }
+        for (i, wc) in poll_n(&b.recv_cq, burst as usize, "burst")
+            .iter()
+            .enumerate()
+        {
+            check_recv_wc(wc, n * burst + i as u64, 64, None, b.qpn(), a.qpn());
+        }
+        let mut got = vec![0u8; 64];
+        b.recv_mr.read(64 * (burst as usize - 1), &mut got).unwrap();
+        assert_bytes_eq(&got, &data, "the burst's last SEND");
+        wait_until("the burst to leave the send queue", || {
+            a.counters().completed_sends == (n + 1) * burst
+        });
+    }
+    assert_cq_empty(&a.send_cq, "unsignaled sends");
+    let c = a.counters();
+    assert_eq!(
+        (c.retransmitted_packets, c.ack_timeouts),
+        (0, 0),
+        "no ACK was left to the timer: {c:?}"
     );
 }

@@ -13,6 +13,11 @@
 //! (typically the answer the application posts next: one send call instead of two, and
 //! none on the round trip's critical path), or at the latest when the application polls
 //! again, blocks, or the engine thread's next nap ends.
+//!
+//! A requester that coalesces ACKs leaves most messages without an ACK request, and the
+//! responder then owes an ACK that nobody waits for ([`LazyAcks`]): it leaves once the
+//! device's traffic pauses, so that the requester's last unsignaled WQEs do not wait for
+//! its retransmission timer.
 
 use std::cell::RefCell;
 use std::net::IpAddr;
@@ -160,6 +165,37 @@ impl DeferredAcks {
     /// True if some are waiting.
     pub(crate) fn pending(&self) -> bool {
         self.pending.load(Ordering::SeqCst)
+    }
+}
+
+/// The QPs that owe an ACK no request asked for (`Outputs::owes_lazy_ack`), by number; the
+/// engine thread sends those ACKs when the traffic pauses (`Device::flush_lazy_acks`). A QP
+/// destroyed meanwhile is simply not found then.
+#[derive(Default)]
+pub(crate) struct LazyAcks {
+    qpns: Mutex<Vec<u32>>,
+    /// Cheap check for the common case of none.
+    pending: AtomicBool,
+}
+
+impl LazyAcks {
+    /// QP `qpn` owes one (it is listed once per owed ACK: the transport tells only when
+    /// one becomes owed).
+    pub(crate) fn owe(&self, qpn: u32) {
+        self.qpns.lock().push(qpn);
+        self.pending.store(true, Ordering::Release);
+    }
+
+    /// Takes the list.
+    pub(crate) fn take(&self) -> Vec<u32> {
+        let mut qpns = self.qpns.lock();
+        self.pending.store(false, Ordering::Release);
+        std::mem::take(&mut *qpns)
+    }
+
+    /// True if some QP owes one.
+    pub(crate) fn pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
     }
 }
 

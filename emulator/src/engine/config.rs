@@ -56,7 +56,15 @@ pub struct DeviceConfig {
     pub link: LinkConfig,
     /// Fault injection on what the device sends (either link); `None` for a clean link.
     pub faults: Option<FaultSetting>,
+    /// RC requesters ask for an ACK only where someone waits for it (see
+    /// `transport::requester`); off, every message asks, as rxe's requester does, which
+    /// makes our wire traffic match rxe's packet for packet. On unless
+    /// `SOFTVERBS_ACK_COALESCING=0`.
+    pub ack_coalescing: bool,
 }
+
+/// The environment variable that turns ACK coalescing off (`0`) for every device.
+pub const ACK_COALESCING_ENV: &str = "SOFTVERBS_ACK_COALESCING";
 
 impl DeviceConfig {
     /// A device `name` on `ip`, UDP port 4791, loopback MTU.
@@ -68,6 +76,7 @@ impl DeviceConfig {
             netdev_mtu: 65536,
             link: LinkConfig::Udp,
             faults: None,
+            ack_coalescing: std::env::var(ACK_COALESCING_ENV).map_or(true, |v| v != "0"),
         }
     }
 

@@ -120,6 +120,8 @@ pub struct Device {
     /// The engine thread is napping while an application polls, and flushes the deferred
     /// ACKs when the nap ends; otherwise an application sends its ACKs at once.
     pub(crate) engine_napping: AtomicBool,
+    /// QPs owing an ACK no request asked for, sent when the traffic pauses.
+    pub(crate) lazy_acks: super::ack_hold::LazyAcks,
     pds: Mutex<HashMap<u32, ()>>,
     cqs: RwLock<HashMap<u32, Arc<CompletionQueue>, IdHash>>,
     pub(crate) qps: RwLock<HashMap<u32, Arc<QpEntry>, IdHash>>,
@@ -151,6 +153,7 @@ impl Device {
             app_polls: AtomicU64::new(0),
             deferred_acks: Default::default(),
             engine_napping: AtomicBool::new(false),
+            lazy_acks: Default::default(),
             pds: Mutex::new(HashMap::new()),
             cqs: RwLock::new(HashMap::default()),
             qps: RwLock::new(HashMap::default()),
@@ -248,6 +251,25 @@ impl Device {
         }
     }
 
+    /// Sends the ACKs that QPs owe for requests that asked for none (see `LazyAcks`), all
+    /// in one send call. For the engine thread, when the traffic pauses.
+    pub(crate) fn flush_lazy_acks(&self) {
+        if !self.lazy_acks.pending() {
+            return;
+        }
+        super::ack_hold::begin();
+        for qpn in self.lazy_acks.take() {
+            let entry = self.qps.read().get(&qpn).cloned();
+            if let Some(entry) = entry {
+                self.on_qp(&entry, None, |qp, _env, out| qp.send_lazy_ack(out));
+            }
+        }
+        let mut acks = super::ack_hold::end();
+        if self.port_active() {
+            self.send_packets(&mut acks);
+        }
+    }
+
     /// Sends the packets, queues the completions (raising completion events and CQ_ERR)
     /// and the async events a transport call produced.
     pub(crate) fn deliver(&self, entry: &QpEntry, qp: &TransportQp, out: &mut Outputs) {
@@ -298,6 +320,9 @@ impl Device {
         }
         out.solicited = false;
         out.entered_error = false;
+        if std::mem::take(&mut out.owes_lazy_ack) {
+            self.lazy_acks.owe(qp.qpn);
+        }
         if let Some(d) = qp.next_deadline_ns() {
             self.deadline_hint_ns.fetch_min(d, Ordering::AcqRel);
         }
@@ -759,7 +784,8 @@ impl VerbsContext for EmuContext {
         };
         let qp = TransportQp::new(qpn, init.qp_type, pd, init.sq_sig_all, granted)
             .with_srq(init.srq)
-            .with_port_mtu(dev.active_mtu());
+            .with_port_mtu(dev.active_mtu())
+            .with_ack_coalescing(dev.config.ack_coalescing);
         qps.insert(
             qpn,
             Arc::new(QpEntry {

@@ -40,6 +40,7 @@ const DEFAULT_HOP_LIMIT: u8 = 64;
 pub(crate) fn run(dev: &Arc<Device>) {
     let mut next_deadline_ns = u64::MAX;
     let mut seen_polls = dev.app_polls.load(Ordering::Relaxed);
+    let mut last_traffic_ns: Option<u64> = None;
     while !dev.shutdown.load(Ordering::Acquire) {
         let now = dev.clock.now_ns();
         let hint = dev.deadline_hint_ns.swap(u64::MAX, Ordering::AcqRel);
@@ -48,16 +49,28 @@ pub(crate) fn run(dev: &Arc<Device>) {
         let polls = dev.app_polls.load(Ordering::Relaxed);
         let app_polling = polls != seen_polls;
         seen_polls = polls;
+        // A pollable link is polled for a while after its last datagram (see
+        // Link::poll_before_sleep): a stream's next datagram then finds this thread awake.
+        let streaming = last_traffic_ns.is_some_and(|t| {
+            now.saturating_sub(t) < dev.link.poll_before_sleep().as_nanos() as u64
+        });
         let received = if dev.link.pollable() && app_polling {
             dev.engine_napping.store(true, Ordering::SeqCst);
             std::thread::sleep(sleep.min(APP_POLL_NAP));
             // Cleared before the flush: an application that defers ACKs after this sees the
             // flag down and sends them itself (SeqCst with DeferredAcks' pending flag).
             dev.engine_napping.store(false, Ordering::SeqCst);
-            // ACKs the application deferred and has not sent since (it went quiet).
+            // ACKs the application deferred and has not sent since (it went quiet), and
+            // those nobody asked for.
             dev.flush_deferred_acks();
+            dev.flush_lazy_acks();
             Ok(0)
+        } else if dev.link.pollable() && streaming {
+            let _receiver = dev.rx_lock.lock();
+            receive_ready(dev, AckTiming::Now)
         } else if dev.link.pollable() {
+            // The traffic paused: nothing may wait for this thread's sleep.
+            dev.flush_lazy_acks();
             dev.link.wait_readable(sleep).and_then(|ready| {
                 if ready {
                     let _receiver = dev.rx_lock.lock();
@@ -67,7 +80,13 @@ pub(crate) fn run(dev: &Arc<Device>) {
                 }
             })
         } else {
-            dev.link.recv(sleep).map(|got| match got {
+            // A blocking link: the ACKs nobody asked for leave when it has nothing waiting.
+            let wait = if dev.lazy_acks.pending() {
+                Duration::ZERO
+            } else {
+                sleep
+            };
+            dev.link.recv(wait).map(|got| match got {
                 Some(datagram) => {
                     handle_datagram(dev, datagram.view());
                     1
@@ -75,9 +94,14 @@ pub(crate) fn run(dev: &Arc<Device>) {
                 None => 0,
             })
         };
-        if let Err(e) = received {
-            tracing::warn!(device = %dev.config.name, error = %e, "receive failed");
-            std::thread::sleep(MAX_SLEEP);
+        match received {
+            Ok(0) if !dev.link.pollable() => dev.flush_lazy_acks(),
+            Ok(0) => {}
+            Ok(_) => last_traffic_ns = Some(dev.clock.now_ns()),
+            Err(e) => {
+                tracing::warn!(device = %dev.config.name, error = %e, "receive failed");
+                std::thread::sleep(MAX_SLEEP);
+            }
         }
         if dev.clock.now_ns() >= next_deadline_ns {
             next_deadline_ns = fire_timers(dev);

@@ -128,6 +128,14 @@ pub trait Link: Send + Sync {
         false
     }
 
+    /// How long a receiver should keep polling after its last datagram before it sleeps in
+    /// [`Link::wait_readable`]: as long as waking a sleeper costs the sender more than a
+    /// receiver's polling costs the machine. Zero (the default) never polls. Only meaningful
+    /// when [`Link::pollable`].
+    fn poll_before_sleep(&self) -> Duration {
+        Duration::ZERO
+    }
+
     /// Waits up to `timeout` until a datagram is there, without taking it; `Ok(false)` on
     /// timeout. Only meaningful when [`Link::pollable`].
     fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {

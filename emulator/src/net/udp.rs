@@ -303,6 +303,14 @@ impl Link for UdpLink {
         true
     }
 
+    /// A UDP datagram to a receiver asleep in ppoll costs its sender a wake-up inside the
+    /// send call (the socket's wait queue, an IPI) and the receiver a context switch: a
+    /// stream of small writes into a sleeping engine ran at 0.15 Mpps, against 0.21 with the
+    /// engine polling. 50 µs covers the gaps of a stream and of a ping-pong.
+    fn poll_before_sleep(&self) -> Duration {
+        Duration::from_micros(50)
+    }
+
     fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
         batch_sys::wait_readable(&self.socket, timeout)
     }

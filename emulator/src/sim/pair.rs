@@ -115,6 +115,12 @@ pub struct SimPair {
     wire_seq: u64,
     /// Everything that happened.
     pub trace: Vec<TraceEvent>,
+    /// The driver sends the ACKs a responder owes without being asked (see
+    /// `Outputs::owes_lazy_ack`) once the wire is idle, as the engine does when the traffic
+    /// pauses. Off, the responder behaves like rxe's, which never sends them.
+    pub lazy_acks: bool,
+    /// Which sides (A, B) owe such an ACK.
+    owes_lazy_ack: [bool; 2],
 }
 
 /// PD every simulated QP and MR uses.
@@ -157,6 +163,8 @@ impl SimPair {
             wire: BTreeMap::new(),
             wire_seq: 0,
             trace: Vec::new(),
+            lazy_acks: true,
+            owes_lazy_ack: [false; 2],
         };
         pair.connect(Side::A, 0x12, mtu, attrs);
         pair.connect(Side::B, 0x11, mtu, attrs);
@@ -266,6 +274,7 @@ impl SimPair {
     /// Handles the transport's outputs: packets onto the (faulty) wire, completions recorded.
     fn absorb(&mut self, from: Side, mut out: Outputs) {
         let now = self.now_ns;
+        self.owes_lazy_ack[from as usize] |= out.owes_lazy_ack;
         for c in out.completions.drain(..) {
             self.trace.push(TraceEvent::Completed {
                 at_ns: now,
@@ -357,9 +366,18 @@ impl SimPair {
         self.burst_left = [0, 0];
     }
 
-    /// Runs the next event (a packet arrival or a QP deadline), advancing the clock to it.
+    /// Runs the next event (an owed ACK once the wire is idle, a packet arrival or a QP
+    /// deadline), advancing the clock to it.
     /// Returns false when nothing is left to happen.
     pub fn step(&mut self) -> bool {
+        if self.lazy_acks && self.wire.is_empty() {
+            for side in [Side::A, Side::B] {
+                if std::mem::take(&mut self.owes_lazy_ack[side as usize]) {
+                    self.drive(side, |qp, _env, out| qp.send_lazy_ack(out));
+                    return true;
+                }
+            }
+        }
         let next_packet = self.wire.keys().next().map(|k| k.0);
         let deadlines = [
             (Side::A, self.a.qp.next_deadline_ns()),

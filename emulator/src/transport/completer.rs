@@ -265,6 +265,9 @@ fn ack_through(qp: &mut TransportQp, psn: Psn, env: &Env<'_>, out: &mut Outputs)
 fn retire_front(qp: &mut TransportQp, status: WcStatus, out: &mut Outputs) {
     let Some(wqe) = qp.sq.pop() else { return };
     qp.req.wqe_index = qp.req.wqe_index.saturating_sub(1);
+    if status == WcStatus::Success {
+        qp.counters.completed_sends += 1;
+    }
     if wqe.signaled || status != WcStatus::Success {
         let byte_len = wqe.completion_bytes();
         out.completions.push(Completion {

@@ -28,4 +28,6 @@ pub struct Counters {
     pub dropped_packets: u64,
     /// UD packets dropped because their Q_Key did not match the QP's.
     pub qkey_violations: u64,
+    /// Send WQEs that completed successfully, signaled or not: they left the send queue.
+    pub completed_sends: u64,
 }

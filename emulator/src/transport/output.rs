@@ -85,6 +85,10 @@ pub struct Outputs {
     /// Async events the call raised (QP errors, SRQ limit, last WQE reached ...), in order;
     /// the driver queues them on the device's async event channel.
     pub events: Vec<AsyncEvent>,
+    /// The call left the QP owing an ACK that no request asked for (its requester coalesces
+    /// ACKs), and none was owed before: the driver calls `TransportQp::send_lazy_ack` once
+    /// its traffic pauses.
+    pub owes_lazy_ack: bool,
 }
 
 impl Outputs {
@@ -93,6 +97,7 @@ impl Outputs {
         self.packets.is_empty()
             && self.completions.is_empty()
             && !self.entered_error
+            && !self.owes_lazy_ack
             && self.events.is_empty()
     }
 }

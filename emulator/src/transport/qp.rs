@@ -70,6 +70,9 @@ pub struct TransportQp {
     pub counters: Counters,
     /// IBV_EVENT_COMM_EST was raised (once per connection: cleared only by RESET).
     pub comm_est_raised: bool,
+    /// The requester may leave messages nobody waits for without an ACK request (see
+    /// `requester::asks_for_ack`); off, every message asks, as rxe's requester does.
+    pub coalesce_acks: bool,
 }
 
 impl TransportQp {
@@ -97,6 +100,7 @@ impl TransportQp {
             timers: QpTimers::default(),
             counters: Counters::default(),
             comm_est_raised: false,
+            coalesce_acks: true,
         }
     }
 
@@ -109,6 +113,12 @@ impl TransportQp {
     /// The same QP on a port whose active MTU is `mtu` (bounds UD messages).
     pub fn with_port_mtu(mut self, mtu: Mtu) -> Self {
         self.port_mtu = mtu;
+        self
+    }
+
+    /// Whether the requester coalesces ACKs (on by default; see [`TransportQp::coalesce_acks`]).
+    pub fn with_ack_coalescing(mut self, on: bool) -> Self {
+        self.coalesce_acks = on;
         self
     }
 
@@ -187,7 +197,8 @@ impl TransportQp {
         let cap = self.cap;
         *self = TransportQp::new(self.qpn, self.qp_type, self.pd, self.sq_sig_all, cap)
             .with_srq(self.srq)
-            .with_port_mtu(self.port_mtu);
+            .with_port_mtu(self.port_mtu)
+            .with_ack_coalescing(self.coalesce_acks);
     }
 
     /// Moves the QP to ERR and flushes every outstanding WR with WR_FLUSH_ERR, in order.
@@ -434,6 +445,12 @@ impl TransportQp {
     pub fn on_timer(&mut self, env: &Env<'_>, out: &mut Outputs) {
         completer::on_timer(self, env, out);
         requester::run(self, env, out);
+    }
+
+    /// Sends the ACK the responder owes for requests that asked for none, if it still owes
+    /// one (see [`Outputs::owes_lazy_ack`]).
+    pub fn send_lazy_ack(&mut self, out: &mut Outputs) {
+        super::responder::send_lazy_ack(self, out);
     }
 
     /// The earliest armed deadline; call [`TransportQp::on_timer`] once it has passed.

@@ -16,6 +16,15 @@ use crate::wire::{
 pub const MAX_UNACKED_PSNS: i32 = 128;
 /// A multi-packet message asks for an ACK at least this often (rxe's RXE_MAX_PKT_PER_ACK).
 pub const MAX_PACKETS_PER_ACK: u32 = 64;
+/// A QP that coalesces ACKs asks for one at least every this many packets (or every half
+/// send queue, if that is less), so that the WQEs nobody waits for still leave the queue
+/// steadily.
+pub const COALESCED_PACKETS_PER_ACK: u32 = 16;
+/// The shortest local ACK timeout (the QP attribute, 4.096 µs × 2^10 = 4.2 ms) under which
+/// ACKs are coalesced. A softverbs responder sends an owed ACK within a fraction of that
+/// when the traffic stops; rxe's sends none, and the requester's timer retransmits with an
+/// ACK request instead.
+pub const COALESCE_MIN_TIMEOUT: u8 = 10;
 
 /// Where the requester is in the send queue.
 #[derive(Debug, Clone, Copy, Default)]
@@ -97,10 +106,12 @@ pub fn run(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
             // A WQE that failed locally: it completes in order, once all before it did.
             if index == 0 {
                 completer::fail_front(qp, None, out);
+            } else {
+                request_owed_ack(qp, mtu, env, out);
             }
             break;
         }
-        if matches!(wqe.opcode, WrOpcode::LocalInv | WrOpcode::BindMw) {
+        if is_local(wqe) {
             // Local work, always fenced (as in rxe): it runs once everything before it has
             // completed, and sends nothing.
             if index == 0 {
@@ -108,6 +119,7 @@ pub fn run(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
                 completer::complete_local(qp, status, out);
                 continue;
             }
+            request_owed_ack(qp, mtu, env, out);
             break;
         }
         if blocked(qp, index, wqe) {
@@ -116,7 +128,7 @@ pub fn run(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
         if wqe.packet_count == 0 && !start_wqe(qp, index, env, mtu) {
             continue;
         }
-        let packet = match build_packet(qp, index, mtu, &path, env) {
+        let packet = match build_packet(qp, index, mtu, &path, env, false) {
             Ok(packet) => packet,
             Err(status) => {
                 if let Some(w) = qp.sq.get_mut(index) {
@@ -154,6 +166,79 @@ pub fn run(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
         if qp.qp_type == QpType::Rc && qp.timers.retransmit_at_ns.is_none() {
             qp.timers.retransmit_at_ns = ack_timeout_ns(qp.attr.timeout).map(|t| env.now_ns + t);
         }
+    }
+}
+
+/// Whether packet `qp.req.packet_index` of WQE `index` asks for an ACK (the BTH AckReq bit).
+///
+/// READs and atomics are answered by responses, so they always ask, and a long message asks
+/// every [`MAX_PACKETS_PER_ACK`] packets. rxe's requester asks on every message's last
+/// packet as well, and its responder ACKs exactly the packets that ask: a ping-pong then
+/// carries an ACK datagram beside every message, which costs about a fifth of its latency.
+/// A QP that coalesces ACKs asks on a last packet only where someone waits for the ACK:
+/// - a signaled WQE (its completion), and any retransmission (the retry budget);
+/// - the WQE before a local one (which runs once everything before it has completed);
+/// - every [`COALESCED_PACKETS_PER_ACK`] packets or half send queue, so that unsignaled
+///   WQEs free their slots for the posts behind them.
+///
+/// Coalescing needs a retry to spare and a local ACK timeout of at least
+/// [`COALESCE_MIN_TIMEOUT`]: a responder that never sends an ACK nobody asked for (rxe)
+/// leaves the last unsignaled messages to the timer.
+fn asks_for_ack(qp: &TransportQp, index: usize, wqe: &SendWqe, is_last: bool) -> bool {
+    if qp.qp_type != QpType::Rc {
+        return false;
+    }
+    let since = qp.req.packets_since_ack_req + 1;
+    if wqe.expects_response() || since >= MAX_PACKETS_PER_ACK {
+        return true;
+    }
+    if !is_last {
+        return false;
+    }
+    let coalescing =
+        qp.coalesce_acks && qp.attr.retry_cnt >= 1 && qp.attr.timeout >= COALESCE_MIN_TIMEOUT;
+    let limit = COALESCED_PACKETS_PER_ACK.min((qp.sq.capacity() / 2).max(1) as u32);
+    !coalescing
+        || wqe.signaled
+        || since >= limit
+        || qp.req.next_psn.diff(qp.req.high_psn) < 0
+        || qp.sq.get(index + 1).is_some_and(is_local)
+}
+
+/// LOCAL_INV and BIND_MW: work on this side only, run once everything before has completed.
+fn is_local(wqe: &SendWqe) -> bool {
+    matches!(wqe.opcode, WrOpcode::LocalInv | WrOpcode::BindMw)
+}
+
+/// Asks for the ACK that the messages sent since the last ACK request still owe, by sending
+/// the last of them again with AckReq set: a responder answers such a duplicate with an ACK
+/// of everything it has (rxe as well). For a requester that waits for those messages to
+/// complete before it can go on, and that posted what waits after they left.
+fn request_owed_ack(qp: &mut TransportQp, mtu: u64, env: &Env<'_>, out: &mut Outputs) {
+    if qp.qp_type != QpType::Rc
+        || qp.req.packets_since_ack_req == 0
+        || qp.req.packet_index != 0
+        || qp.req.wqe_index == 0
+    {
+        return;
+    }
+    let index = qp.req.wqe_index - 1;
+    let (Some(wqe), Some(path)) = (qp.sq.get(index), qp.path) else {
+        return;
+    };
+    if wqe.packet_count == 0 || wqe.expects_response() {
+        return;
+    }
+    let saved = qp.req;
+    qp.req.packet_index = wqe.packet_count - 1;
+    qp.req.next_psn = wqe.first_psn.add(wqe.packet_count - 1);
+    let built = build_packet(qp, index, mtu, &path, env, true);
+    qp.req = saved;
+    if let Ok((packet, ..)) = built {
+        out.packets.push(packet);
+        qp.req.packets_since_ack_req = 0;
+        qp.counters.sent_requests += 1;
+        qp.counters.retransmitted_packets += 1;
     }
 }
 
@@ -230,6 +315,7 @@ fn build_packet(
     mtu: u64,
     path: &super::PathInfo,
     env: &Env<'_>,
+    force_ack_req: bool,
 ) -> Result<(super::OutPacket, u32, bool, bool), WcStatus> {
     let op_err = WcStatus::LocQpOpErr;
     let wqe = qp.sq.get(index).ok_or(op_err)?;
@@ -243,12 +329,7 @@ fn build_packet(
         (false, false) => Position::Middle,
     };
     let opcode = request_opcode(qp.qp_type, wqe.opcode, position).ok_or(op_err)?;
-    // READs and atomics are answered by responses, so they always ask; other messages ask
-    // on their last packet and every MAX_PACKETS_PER_ACK packets.
-    let ack_req = qp.qp_type == QpType::Rc
-        && (wqe.expects_response()
-            || is_last
-            || qp.req.packets_since_ack_req + 1 >= MAX_PACKETS_PER_ACK);
+    let ack_req = force_ack_req || asks_for_ack(qp, index, wqe, is_last);
     let offset = packet_index as u64 * mtu;
     let payload: &[u8] = match wqe.opcode {
         WrOpcode::RdmaRead

@@ -69,6 +69,10 @@ pub struct ResponderState {
     pub atomic_replay: VecDeque<AtomicReplay>,
     /// UC: the current message lost a packet; drop everything up to the next FIRST / ONLY.
     pub drop_msg: bool,
+    /// RC: the newest request accepted without an ACK request and not acknowledged since,
+    /// with the MSN after it. Its ACK leaves with [`send_lazy_ack`], when the driver has
+    /// nothing more pressing (see `requester::asks_for_ack`).
+    pub lazy_ack: Option<(Psn, u32)>,
 }
 
 impl ResponderState {
@@ -632,8 +636,31 @@ fn send_empty_read_response(qp: &mut TransportQp, psn: Psn, out: &mut Outputs) {
 fn accept(qp: &mut TransportQp, pkt: &RoceRepr<'_>, out: &mut Outputs) {
     let psn = pkt.bth.psn;
     qp.resp.epsn = psn.next();
-    if pkt.bth.ack_req && qp.qp_type == QpType::Rc {
+    if qp.qp_type != QpType::Rc {
+        return;
+    }
+    if pkt.bth.ack_req {
         send_ack(qp, psn, AethRepr::ack(qp.resp.msn), out);
+    } else {
+        // The requester coalesces: this ACK is owed, but nobody waits for it.
+        out.owes_lazy_ack |= qp.resp.lazy_ack.is_none();
+        qp.resp.lazy_ack = Some((psn, qp.resp.msn));
+    }
+}
+
+/// Sends the ACK owed for requests accepted without an ACK request, if any is owed still:
+/// the driver calls it for the QPs that [`Outputs::owes_lazy_ack`] named, once the traffic
+/// pauses. Without it, such a requester's last unsignaled messages would wait for its
+/// retransmission timer.
+pub fn send_lazy_ack(qp: &mut TransportQp, out: &mut Outputs) {
+    let Some((psn, msn)) = qp.resp.lazy_ack.take() else {
+        return;
+    };
+    if matches!(
+        qp.state(),
+        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+    ) {
+        send_ack(qp, psn, AethRepr::ack(msn), out);
     }
 }
 
@@ -758,6 +785,10 @@ fn send_atomic_ack(qp: &mut TransportQp, psn: Psn, orig: u64, out: &mut Outputs)
 
 fn emit(qp: &mut TransportQp, repr: &RoceRepr<'_>, out: &mut Outputs) {
     let Some(path) = qp.path else { return };
+    if repr.aeth.is_some() {
+        // Every ACK, NAK and response with an AETH acknowledges all requests before it.
+        qp.resp.lazy_ack = None;
+    }
     if let Some(packet) = OutPacket::build(&path, repr) {
         qp.counters.sent_responses += 1;
         out.packets.push(packet);

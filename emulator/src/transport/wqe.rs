@@ -136,6 +136,10 @@ impl<T> WorkQueue<T> {
             capacity,
         }
     }
+    /// Most entries the queue holds.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
     /// Entries queued.
     pub fn len(&self) -> usize {
         self.entries.len()
