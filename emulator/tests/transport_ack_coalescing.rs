@@ -227,13 +227,8 @@ fn a_local_operation_behind_unsignaled_work_does_not_wait_for_the_timer() {
             ]
         };
         assert_eq!(a, expected, "together: {together}");
-        let wcs: Vec<_> =
-            p.a.completions
-                .iter()
-                .map(|c| (c.wc.wr_id, c.wc.status, c.wc.opcode))
-                .collect();
         assert_eq!(
-            wcs,
+            p.a.completion_summary(),
             [(2, WcStatus::LocQpOpErr, WcOpcode::LocalInv)],
             "together: {together} (a plain MR cannot be invalidated)"
         );

@@ -31,10 +31,7 @@ fn attrs() -> QpAttr {
 /// (wr_id, status, opcode) of every completion of `side`, in order.
 fn wcs(p: &SimPair, side: Side) -> Vec<(u64, WcStatus, WcOpcode)> {
     let node = if side == Side::A { &p.a } else { &p.b };
-    node.completions
-        .iter()
-        .map(|c| (c.wc.wr_id, c.wc.status, c.wc.opcode))
-        .collect()
+    node.completion_summary()
 }
 
 fn sge(addr: u64, length: u32, lkey: u32) -> Sge {

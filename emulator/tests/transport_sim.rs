@@ -750,13 +750,8 @@ fn local_invalidate_waits_for_earlier_work_and_fails_on_a_plain_mr() {
     // Nothing completes before the SEND is acknowledged.
     assert!(p.a.completions.is_empty());
     p.run(10_000);
-    let wcs: Vec<_> =
-        p.a.completions
-            .iter()
-            .map(|c| (c.wc.wr_id, c.wc.status, c.wc.opcode))
-            .collect();
     assert_eq!(
-        wcs,
+        p.a.completion_summary(),
         [
             (1, WcStatus::Success, WcOpcode::Send),
             (2, WcStatus::LocQpOpErr, WcOpcode::LocalInv)

@@ -5,6 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use softverbs_api::{
     qp::AhAttr, AccessFlags, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendWr,
+    WcOpcode, WcStatus,
 };
 
 use super::faults::{FaultConfig, SimRng};
@@ -94,6 +95,16 @@ pub struct SimNode {
     pub completions: Vec<Completion>,
     /// Buffers registered in `mem`, kept alive for the node's life.
     pub buffers: Vec<RdmaBuffer>,
+}
+
+impl SimNode {
+    /// (wr_id, status, opcode) of every completion so far, oldest first: what tests compare.
+    pub fn completion_summary(&self) -> Vec<(u64, WcStatus, WcOpcode)> {
+        self.completions
+            .iter()
+            .map(|c| (c.wc.wr_id, c.wc.status, c.wc.opcode))
+            .collect()
+    }
 }
 
 /// Two connected RC QPs over a faulty virtual network.
