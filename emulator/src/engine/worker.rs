@@ -91,19 +91,23 @@ pub(crate) fn run(dev: &Arc<Device>) {
                     handle_datagram(dev, datagram.view());
                     1
                 }
-                None => 0,
+                None => {
+                    dev.flush_lazy_acks();
+                    0
+                }
             })
         };
-        match received {
-            Ok(0) if !dev.link.pollable() => dev.flush_lazy_acks(),
-            Ok(0) => {}
-            Ok(_) => last_traffic_ns = Some(dev.clock.now_ns()),
-            Err(e) => {
-                tracing::warn!(device = %dev.config.name, error = %e, "receive failed");
-                std::thread::sleep(MAX_SLEEP);
-            }
+        let got_traffic = matches!(received, Ok(n) if n > 0);
+        if let Err(e) = received {
+            tracing::warn!(device = %dev.config.name, error = %e, "receive failed");
+            std::thread::sleep(MAX_SLEEP);
         }
-        if dev.clock.now_ns() >= next_deadline_ns {
+        // One clock read for both: the end of this round's traffic, and the deadline check.
+        let after = dev.clock.now_ns();
+        if got_traffic {
+            last_traffic_ns = Some(after);
+        }
+        if after >= next_deadline_ns {
             next_deadline_ns = fire_timers(dev);
         }
     }

@@ -106,8 +106,8 @@ pub fn run(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
             // A WQE that failed locally: it completes in order, once all before it did.
             if index == 0 {
                 completer::fail_front(qp, None, out);
-            } else {
-                request_owed_ack(qp, mtu, env, out);
+            } else if rewind_for_owed_ack(qp) {
+                continue;
             }
             break;
         }
@@ -119,7 +119,9 @@ pub fn run(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
                 completer::complete_local(qp, status, out);
                 continue;
             }
-            request_owed_ack(qp, mtu, env, out);
+            if rewind_for_owed_ack(qp) {
+                continue;
+            }
             break;
         }
         if blocked(qp, index, wqe) {
@@ -128,7 +130,7 @@ pub fn run(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
         if wqe.packet_count == 0 && !start_wqe(qp, index, env, mtu) {
             continue;
         }
-        let packet = match build_packet(qp, index, mtu, &path, env, false) {
+        let packet = match build_packet(qp, index, mtu, &path, env) {
             Ok(packet) => packet,
             Err(status) => {
                 if let Some(w) = qp.sq.get_mut(index) {
@@ -210,36 +212,31 @@ fn is_local(wqe: &SendWqe) -> bool {
     matches!(wqe.opcode, WrOpcode::LocalInv | WrOpcode::BindMw)
 }
 
-/// Asks for the ACK that the messages sent since the last ACK request still owe, by sending
-/// the last of them again with AckReq set: a responder answers such a duplicate with an ACK
-/// of everything it has (rxe as well). For a requester that waits for those messages to
-/// complete before it can go on, and that posted what waits after they left.
-fn request_owed_ack(qp: &mut TransportQp, mtu: u64, env: &Env<'_>, out: &mut Outputs) {
+/// Points the requester back at the last packet sent, if the messages sent since the last
+/// ACK request still owe their ACK: sent again it is a retransmission, which asks (see
+/// [`asks_for_ack`]), and a responder answers such a duplicate with an ACK of everything it
+/// has (rxe as well). For a requester that waits for those messages to complete before it
+/// can go on, and that posted what waits after they left. True if it rewound.
+fn rewind_for_owed_ack(qp: &mut TransportQp) -> bool {
     if qp.qp_type != QpType::Rc
         || qp.req.packets_since_ack_req == 0
         || qp.req.packet_index != 0
         || qp.req.wqe_index == 0
     {
-        return;
+        return false;
     }
     let index = qp.req.wqe_index - 1;
-    let (Some(wqe), Some(path)) = (qp.sq.get(index), qp.path) else {
-        return;
+    let Some(wqe) = qp.sq.get(index) else {
+        return false;
     };
     if wqe.packet_count == 0 || wqe.expects_response() {
-        return;
+        return false;
     }
-    let saved = qp.req;
-    qp.req.packet_index = wqe.packet_count - 1;
-    qp.req.next_psn = wqe.first_psn.add(wqe.packet_count - 1);
-    let built = build_packet(qp, index, mtu, &path, env, true);
-    qp.req = saved;
-    if let Ok((packet, ..)) = built {
-        out.packets.push(packet);
-        qp.req.packets_since_ack_req = 0;
-        qp.counters.sent_requests += 1;
-        qp.counters.retransmitted_packets += 1;
-    }
+    let last = wqe.packet_count - 1;
+    qp.req.next_psn = wqe.first_psn.add(last);
+    qp.req.wqe_index = index;
+    qp.req.packet_index = last;
+    true
 }
 
 /// Executes a local WQE (LOCAL_INV, BIND_MW) against the device's memory; the status it
@@ -315,7 +312,6 @@ fn build_packet(
     mtu: u64,
     path: &super::PathInfo,
     env: &Env<'_>,
-    force_ack_req: bool,
 ) -> Result<(super::OutPacket, u32, bool, bool), WcStatus> {
     let op_err = WcStatus::LocQpOpErr;
     let wqe = qp.sq.get(index).ok_or(op_err)?;
@@ -329,7 +325,7 @@ fn build_packet(
         (false, false) => Position::Middle,
     };
     let opcode = request_opcode(qp.qp_type, wqe.opcode, position).ok_or(op_err)?;
-    let ack_req = force_ack_req || asks_for_ack(qp, index, wqe, is_last);
+    let ack_req = asks_for_ack(qp, index, wqe, is_last);
     let offset = packet_index as u64 * mtu;
     let payload: &[u8] = match wqe.opcode {
         WrOpcode::RdmaRead
