@@ -14,6 +14,11 @@
 //! none on the round trip's critical path), or at the latest when the application polls
 //! again, blocks, or the engine thread's next nap ends.
 //!
+//! A batch holds ACKs for at most [`RELEASE_EVERY`] datagrams. A requester may have only
+//! 128 PSNs unacknowledged (rxe's limit, which ours keeps); a receive batch of up to 512
+//! datagrams that held its ACKs to the end would stop such a stream for the whole batch,
+//! and the receiver would then sit idle while the sender refills the window.
+//!
 //! A requester that coalesces ACKs leaves most messages without an ACK request, and the
 //! responder then owes an ACK that nobody waits for ([`LazyAcks`]): it leaves once the
 //! device's traffic pauses, so that the requester's last unsignaled WQEs do not wait for
@@ -28,14 +33,28 @@ use parking_lot::Mutex;
 use crate::transport::OutPacket;
 use crate::wire::opcode::{Opcode, Transport};
 
+/// Datagrams of a receive batch after which its held ACKs leave: a quarter of the
+/// requester's window of unacknowledged PSNs
+/// ([`MAX_UNACKED_PSNS`](crate::transport::requester::MAX_UNACKED_PSNS)).
+pub(crate) const RELEASE_EVERY: usize = 32;
+
 /// BTH opcode of RC ACKNOWLEDGE.
 const RC_ACKNOWLEDGE: u8 = 0x11;
 /// Offset of the AETH syndrome (right after the 12-byte BTH).
 const AETH_SYNDROME_AT: usize = 12;
 
+/// The receive batch a thread is handling.
+#[derive(Default)]
+struct Batch {
+    /// The held ACKs, the newest of each connection.
+    acks: Vec<OutPacket>,
+    /// Datagrams handled since the held ACKs last left.
+    datagrams: usize,
+}
+
 thread_local! {
-    /// The held ACKs of the batch this thread is handling; `None` outside a batch.
-    static HELD: RefCell<Option<Vec<OutPacket>>> = const { RefCell::new(None) };
+    /// The batch this thread is handling; `None` outside a batch.
+    static HELD: RefCell<Option<Batch>> = const { RefCell::new(None) };
 }
 
 /// The connection an RC packet belongs to: destination and destination QP.
@@ -65,12 +84,31 @@ fn is_response(p: &OutPacket) -> bool {
 
 /// Starts holding ACKs in this thread (the start of a receive batch).
 pub(crate) fn begin() {
-    HELD.with(|h| *h.borrow_mut() = Some(Vec::new()));
+    HELD.with(|h| *h.borrow_mut() = Some(Batch::default()));
 }
 
 /// Stops holding and returns what is held (the end of a receive batch): send it.
 pub(crate) fn end() -> Vec<OutPacket> {
-    HELD.with(|h| h.borrow_mut().take()).unwrap_or_default()
+    HELD.with(|h| h.borrow_mut().take())
+        .map(|b| b.acks)
+        .unwrap_or_default()
+}
+
+/// Counts a handled datagram of the batch; every [`RELEASE_EVERY`] datagrams returns what is
+/// held (send it) and goes on holding. Outside a batch returns nothing.
+pub(crate) fn datagram_handled() -> Vec<OutPacket> {
+    HELD.with(|h| {
+        let mut h = h.borrow_mut();
+        let Some(batch) = h.as_mut() else {
+            return Vec::new();
+        };
+        batch.datagrams += 1;
+        if batch.datagrams < RELEASE_EVERY {
+            return Vec::new();
+        }
+        batch.datagrams = 0;
+        std::mem::take(&mut batch.acks)
+    })
 }
 
 /// Inside a batch: moves the plain ACKs of `packets` into the hold (replacing an older ACK
@@ -80,7 +118,7 @@ pub(crate) fn end() -> Vec<OutPacket> {
 pub(crate) fn hold(packets: &mut Vec<OutPacket>, dropped: &mut Vec<Vec<u8>>) -> Vec<OutPacket> {
     HELD.with(|h| {
         let mut h = h.borrow_mut();
-        let Some(held) = h.as_mut() else {
+        let Some(Batch { acks: held, .. }) = h.as_mut() else {
             return Vec::new();
         };
         let mut first = Vec::new();
@@ -243,6 +281,42 @@ mod tests {
         assert_eq!(rest.len(), 1);
         assert_eq!((rest[0].bytes[7], rest[0].bytes[11]), (1, 2));
         assert!(end().is_empty());
+    }
+
+    #[test]
+    fn a_long_batch_releases_its_held_acks_every_release_every_datagrams() {
+        let mut dropped = Vec::new();
+        assert!(
+            datagram_handled().is_empty(),
+            "outside a batch nothing is due"
+        );
+        begin();
+        let mut psn = 0u8;
+        for round in 0..2 {
+            for i in 1..=RELEASE_EVERY {
+                psn += 1;
+                let mut v = vec![packet(0x11, 1, 0, psn), packet(0x11, 2, 0, psn)];
+                hold(&mut v, &mut dropped);
+                let due = datagram_handled();
+                if i < RELEASE_EVERY {
+                    assert!(
+                        due.is_empty(),
+                        "round {round}, datagram {i}: released early"
+                    );
+                    continue;
+                }
+                // The newest ACK of each connection so far, and the batch goes on holding.
+                let got: Vec<_> = due.iter().map(|p| (p.bytes[7], p.bytes[11])).collect();
+                assert_eq!(got, vec![(1, psn), (2, psn)], "round {round}");
+            }
+        }
+        let mut v = vec![packet(0x11, 1, 0, psn + 1)];
+        hold(&mut v, &mut dropped);
+        assert!(v.is_empty(), "still holding after a release");
+        let rest = end();
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].bytes[11], psn + 1);
+        assert!(datagram_handled().is_empty(), "the batch is over");
     }
 
     #[test]

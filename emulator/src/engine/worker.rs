@@ -133,10 +133,14 @@ fn receive_ready(dev: &Device, acks_leave: AckTiming) -> std::io::Result<usize> 
         // One clock read per batch of datagrams, not per datagram, and none for an empty
         // receive (see batch_now).
         BATCH_NOW.with(|n| n.set(BatchClock::Unread));
-        match dev
-            .link
-            .recv_ready(RX_BATCH, &mut |d| handle_datagram(dev, d))
-        {
+        match dev.link.recv_ready(RX_BATCH, &mut |d| {
+            handle_datagram(dev, d);
+            // Whoever received the batch: a stream's window must not wait for its end.
+            let mut due = super::ack_hold::datagram_handled();
+            if !due.is_empty() && dev.port_active() {
+                dev.send_packets(&mut due);
+            }
+        }) {
             Ok(n) => {
                 total += n;
                 if n < RX_BATCH {
