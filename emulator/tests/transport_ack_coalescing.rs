@@ -7,6 +7,7 @@ use softverbs_api::{
     wr::RemoteAddr, AccessFlags, Mtu, QpAttr, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOpcode,
 };
 use softverbs_emu::sim::{FaultConfig, Side, SimPair, TraceEvent};
+use softverbs_emu::transport::requester::COALESCED_PACKETS_PER_ACK;
 use softverbs_emu::transport::wqe::WorkQueue;
 use softverbs_emu::wire::{Opcode, RoceRepr};
 
@@ -168,9 +169,10 @@ fn every_message_asks_where_coalescing_is_off_or_unsafe() {
 }
 
 #[test]
-fn a_long_stream_of_unsignaled_writes_asks_every_16_packets() {
+fn a_long_stream_of_unsignaled_writes_asks_every_coalesced_packets_per_ack() {
+    let every = COALESCED_PACKETS_PER_ACK as usize;
     let (mut p, sge, remote) = pair(&attrs(10, 7));
-    for i in 0..40 {
+    for i in 0..(2 * every + every / 2) as u64 {
         p.post_send(Side::A, &[write(i, sge, remote, false)])
             .unwrap();
     }
@@ -181,7 +183,7 @@ fn a_long_stream_of_unsignaled_writes_asks_every_16_packets() {
         .filter(|(_, &a)| a)
         .map(|(i, _)| i)
         .collect();
-    assert_eq!(asked, [15, 31]);
+    assert_eq!(asked, [every - 1, 2 * every - 1]);
     assert!(p.a.qp.sq.is_empty(), "the tail's ACK came unasked");
     assert_eq!(p.a.qp.counters.retransmitted_packets, 0);
 }
