@@ -124,46 +124,69 @@ fn a_size_sweep_reports_every_size() {
     }
 }
 
-#[test]
-fn two_processes_over_the_side_channel() {
-    let port = "18741";
-    // Devices of their own, so that the loopback tests running meanwhile keep theirs.
-    let devices = "srv=127.0.0.41,cli=127.0.0.42";
+/// Runs `softverbs perf` as a server and a client in two processes on devices of their own
+/// (`devices`: `srv=IP,cli=IP`, so that the loopback tests running meanwhile keep theirs),
+/// both running `test` with `args` plus `--json`, the client also with `client_args`;
+/// returns both outputs after checking that both exited 0.
+fn two_processes(
+    port: &str,
+    devices: &str,
+    test: &str,
+    args: &[&str],
+    client_args: &[&str],
+) -> (String, String) {
     let server = Command::new(BIN)
         .env("SOFTVERBS_DEVICES", devices)
-        .args([
-            "perf", "send_bw", "-d", "srv", "-n", "50", "-Q", "10", "-p", port, "--json",
-        ])
+        .args(["perf", test, "-d", "srv", "-p", port, "--json"])
+        .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("server");
     let client = Command::new(BIN)
         .env("SOFTVERBS_DEVICES", devices)
-        .args([
-            "perf",
-            "send_bw",
-            "127.0.0.1",
-            "-d",
-            "cli",
-            "-n",
-            "50",
-            "-Q",
-            "10",
-            "-p",
-            port,
-        ])
-        .arg("--json")
+        .args(["perf", test, "127.0.0.1", "-d", "cli", "-p", port, "--json"])
+        .args(args)
+        .args(client_args)
         .output()
         .expect("client");
     let server = server.wait_with_output().expect("server output");
     let (c, s) = (text(&client), text(&server));
     assert!(client.status.success(), "client: {c}\nserver: {s}");
     assert!(server.status.success(), "server: {s}\nclient: {c}");
+    (c, s)
+}
+
+#[test]
+fn two_processes_over_the_side_channel() {
+    let args = ["-n", "50", "-Q", "10"];
+    let (c, s) = two_processes(
+        "18741",
+        "srv=127.0.0.41,cli=127.0.0.42",
+        "send_bw",
+        &args,
+        &[],
+    );
     assert_eq!(field(&c, "iterations"), 50.0, "{c}");
     // The server counted 50 receives and verified the last message's 65536 bytes.
     assert_eq!(field(&s, "handled"), 50.0, "{s}");
     assert_eq!(field(&s, "verified_bytes"), 65536.0, "{s}");
+}
+
+/// `--no-verify` (for a peer that is real perftest, whose buffer holds its own bytes) skips
+/// a READ client's data check, and only that: the completions are still counted.
+#[test]
+fn a_read_client_checks_the_data_unless_told_not_to() {
+    let devices = "srv=127.0.0.43,cli=127.0.0.44";
+    let args = ["-n", "20", "-s", "8192"];
+    for (port, extra, verified) in [
+        ("18742", &[][..], 8192.0),
+        ("18743", &["--no-verify"][..], 0.0),
+    ] {
+        let (c, _) = two_processes(port, devices, "read_bw", &args, extra);
+        assert_eq!(field(&c, "iterations"), 20.0, "{extra:?}: {c}");
+        assert_eq!(field(&c, "verified_bytes"), verified, "{extra:?}: {c}");
+    }
 }
 
 #[test]

@@ -157,8 +157,9 @@ pub struct PerfArgs {
     /// Machine-readable output (one JSON document on stdout).
     #[arg(long)]
     pub json: bool,
-    /// Server only: do not check the received data against softverbs' test pattern (for
-    /// a client that is real perftest, whose buffer holds its own bytes).
+    /// Do not check data against softverbs' test pattern: for a peer that is real perftest,
+    /// whose buffers hold its own bytes (what a server received, what a READ client read).
+    /// Completions are still checked.
     #[arg(long)]
     pub no_verify: bool,
 }
@@ -211,7 +212,7 @@ pub struct Settings {
     pub baseline: bool,
     /// JSON output.
     pub json: bool,
-    /// Skip the server's data checks.
+    /// Skip the data checks (a peer that is real perftest).
     pub no_verify: bool,
 }
 
@@ -339,8 +340,10 @@ impl PerfArgs {
                 "--link inproc needs --loopback (both devices in this process)",
             ));
         }
-        if self.no_verify && !matches!(role, Role::Server) {
-            return Err(bad("--no-verify is for a server facing real perftest"));
+        if self.no_verify && matches!(role, Role::Loopback) {
+            return Err(bad(
+                "--no-verify is for a side facing real perftest, --loopback has softverbs on both",
+            ));
         }
         if self.baseline && !matches!(role, Role::Loopback) {
             return Err(bad(

@@ -246,7 +246,7 @@ pub fn client(
     let rate = total_done as f64 / secs;
     let peak = if peak == 0.0 { rate } else { peak.max(rate) };
     let verified = match verb {
-        Verb::Read => verify_pattern(side, side.src_off, size)?,
+        Verb::Read if !s.no_verify => verify_pattern(side, side.src_off, size)?,
         _ => 0,
     };
     Ok(BwResult {

@@ -489,12 +489,16 @@ fn print_client(
             );
         }
     }
-    let by = if served.is_empty() {
-        " here (the server checks what it received)"
+    if s.no_verify {
+        println!("    data not checked (--no-verify), every completion successful");
     } else {
-        " on both sides"
-    };
-    println!("    verified{by}: {verified} bytes, every completion successful");
+        let by = if served.is_empty() {
+            " here (the server checks what it received)"
+        } else {
+            " on both sides"
+        };
+        println!("    verified{by}: {verified} bytes, every completion successful");
+    }
     if let (Some(b), Some(c)) = (memory.before, memory.connected) {
         println!(
             "    memory: process RSS {:.1} MiB before opening, {:.1} MiB with {} connected idle QP pair(s)",

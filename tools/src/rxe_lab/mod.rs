@@ -9,6 +9,7 @@ mod ibv_wc;
 mod inv_cases;
 mod lab_env;
 mod pattern;
+mod perf_cases;
 mod perftest_cases;
 mod pingpong_cases;
 mod qmp;
@@ -120,6 +121,7 @@ enum CaseKind {
     Error(ErrorCase),
     Pingpong(IbvKind, usize),
     Perftest(PerftestBw),
+    Perf(PerftestBw),
 }
 
 fn plan(args: &RunArgs) -> Vec<Case> {
@@ -174,6 +176,14 @@ fn plan(args: &RunArgs) -> Vec<Case> {
                     direction,
                     mtu,
                     kind: CaseKind::Perftest(kind),
+                });
+            }
+            for kind in perf_cases::KINDS {
+                cases.push(Case {
+                    scenario: format!("softverbs perf vs {}", kind.program()),
+                    direction,
+                    mtu,
+                    kind: CaseKind::Perf(kind),
                 });
             }
             for error in ErrorCase::ALL {
@@ -341,6 +351,9 @@ fn run_case(
             }
             CaseKind::Perftest(kind) => {
                 perftest_cases::run(env, LAB_DEVICE, kind, case.direction, case.mtu)
+            }
+            CaseKind::Perf(kind) => {
+                perf_cases::run(env, LAB_DEVICE, kind, case.direction, case.mtu)
             }
             CaseKind::Pingpong(kind, size) => {
                 pingpong_cases::run(env, LAB_DEVICE, kind, case.direction, case.mtu, size)

@@ -1,0 +1,272 @@
+//! `softverbs perf` itself (this binary's CLI, in a child process) against unmodified
+//! perftest in the guest: ib_write_bw and ib_read_bw, softverbs as the client and as the
+//! server. It proves what the perf tool claims, that its side channel is perftest's for these
+//! tests. Both sides run `--no-verify` where the data is perftest's own (a softverbs server's
+//! buffer after perftest's WRITEs, a softverbs client's buffer after READs of perftest's);
+//! every completion is still checked, and both programs must exit 0 with matching reports.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::lab_env::LabEnv;
+use super::perftest_cases::PerftestBw;
+use super::verb_cases::Direction;
+use crate::ibv_oob::IBV_PINGPONG_PORT;
+
+/// The tests run: those whose side-channel sequence `softverbs perf` shares with perftest.
+pub const KINDS: [PerftestBw; 2] = [PerftestBw::Write, PerftestBw::Read];
+
+/// Message size and count of each run.
+const SIZE: usize = 65536;
+const ITERS: u64 = 100;
+/// Longest wait for either program.
+const WAIT: Duration = Duration::from_secs(120);
+/// perftest in the guest is killed after this long whatever happens.
+const GUEST_LIFETIME_S: u64 = 150;
+/// What the guest prints once its perftest server listens (see `run`).
+const LISTENING: &str = "perftest-listening";
+
+/// The `softverbs perf` test name of `kind`.
+fn test_name(kind: PerftestBw) -> &'static str {
+    match kind {
+        PerftestBw::Send => "send_bw",
+        PerftestBw::Write => "write_bw",
+        PerftestBw::Read => "read_bw",
+    }
+}
+
+/// A child's output, line by line, as it comes (stdout and stderr merged by the caller's
+/// choice of which pipe to follow), so that a run can wait for a line and still keep all.
+struct Lines {
+    rx: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Lines {
+    fn follow(pipe: impl Read + Send + 'static) -> Lines {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines {
+            rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits until a line contains `what`; false at the deadline or when the pipe closes.
+    fn wait_for(&mut self, what: &str, deadline: Instant) -> bool {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(line) => {
+                    let found = line.contains(what);
+                    self.seen.push(line);
+                    if found {
+                        return true;
+                    }
+                }
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Everything, once the child has exited (its pipe closed).
+    fn all(mut self) -> Vec<String> {
+        while let Ok(line) = self.rx.recv_timeout(Duration::from_secs(5)) {
+            self.seen.push(line);
+        }
+        self.seen
+    }
+}
+
+/// A program's bandwidth row, the line after the `#bytes #iterations ...` header, as
+/// whitespace-separated fields.
+fn report_row(lines: &[String]) -> Option<Vec<String>> {
+    let row = lines
+        .iter()
+        .skip_while(|l| !l.trim_start().starts_with("#bytes"))
+        .nth(1)?;
+    Some(row.split_whitespace().map(str::to_string).collect())
+}
+
+/// Waits for `child` to exit within `WAIT`; its exit status, or `Err` (the child killed).
+fn wait_exit(child: &mut Child, who: &str) -> Result<std::process::ExitStatus, String> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("{who} did not finish"));
+            }
+        }
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| e.to_string())
+}
+
+/// Runs `softverbs perf` against perftest's `kind`; softverbs is perftest's client for
+/// `SoftverbsToRxe` and its server for `RxeToSoftverbs`.
+pub fn run(
+    env: &LabEnv,
+    device: &str,
+    kind: PerftestBw,
+    dir: Direction,
+    mtu: u32,
+) -> Result<String, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let port = free_port()?;
+    let perftest = format!(
+        "timeout {GUEST_LIFETIME_S} {} -d rxe0 -x 1 -F -m {mtu} -s {SIZE} -n {ITERS} -p {IBV_PINGPONG_PORT}",
+        kind.program()
+    );
+    let mut perf = Command::new(exe);
+    perf.env(softverbs_emu::engine::DEVICES_ENV, env.device_spec(device))
+        .args(["perf", test_name(kind)])
+        .args(["-d", device, "-p", &port.to_string()])
+        .args(["-s", &SIZE.to_string(), "-n", &ITERS.to_string()])
+        .args(["-m", &mtu.to_string(), "--no-verify"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let deadline = Instant::now() + WAIT;
+    let is_client = dir == Direction::SoftverbsToRxe;
+    // Whichever side serves is started first and waited for until it listens.
+    let (mut guest, mut perf_child, guest_out, perf_out) = if is_client {
+        // The guest says when its server listens, so that our client's first connection
+        // through the forward reaches it.
+        let script = format!(
+            "{perftest} 2>&1 & for i in $(seq 300); do ss -ltn | grep -q ':{IBV_PINGPONG_PORT} ' && echo {LISTENING} && break; sleep 0.1; done; wait"
+        );
+        let mut guest = env
+            .ssh(&[
+                "-L".into(),
+                format!("127.0.0.1:{port}:127.0.0.1:{IBV_PINGPONG_PORT}"),
+            ])
+            .arg(script)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("ssh: {e}"))?;
+        let mut guest_out = Lines::follow(guest.stdout.take().ok_or("no guest stdout")?);
+        if !guest_out.wait_for(LISTENING, deadline) {
+            let _ = guest.kill();
+            let _ = guest.wait();
+            return Err(format!("{} did not start listening", kind.program()));
+        }
+        let mut perf_child = perf
+            .arg("127.0.0.1")
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("softverbs perf: {e}"))?;
+        let perf_out = Lines::follow(perf_child.stdout.take().ok_or("no perf stdout")?);
+        (guest, perf_child, guest_out, perf_out)
+    } else {
+        let mut perf_child = perf.spawn().map_err(|e| format!("softverbs perf: {e}"))?;
+        let mut perf_err = Lines::follow(perf_child.stderr.take().ok_or("no perf stderr")?);
+        if !perf_err.wait_for("waiting on TCP port", deadline) {
+            let _ = perf_child.kill();
+            let _ = perf_child.wait();
+            return Err(format!(
+                "softverbs perf did not start serving: {}",
+                perf_err.all().join(" / ")
+            ));
+        }
+        let perf_out = Lines::follow(perf_child.stdout.take().ok_or("no perf stdout")?);
+        let mut guest = env
+            .ssh(&["-R".into(), format!("{IBV_PINGPONG_PORT}:127.0.0.1:{port}")])
+            .arg(format!("{perftest} 127.0.0.1 2>&1"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("ssh: {e}"))?;
+        let guest_out = Lines::follow(guest.stdout.take().ok_or("no guest stdout")?);
+        (guest, perf_child, guest_out, perf_out)
+    };
+    let perf_status = wait_exit(&mut perf_child, "softverbs perf");
+    let guest_status = wait_exit(&mut guest, kind.program());
+    let perf_lines = perf_out.all();
+    let guest_lines = guest_out.all();
+    let perf_status = perf_status?;
+    let guest_status = guest_status?;
+    let tail = |lines: &[String]| {
+        lines
+            .iter()
+            .rev()
+            .take(4)
+            .rev()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    if !perf_status.success() {
+        return Err(format!(
+            "softverbs perf failed ({perf_status}): {}",
+            tail(&perf_lines)
+        ));
+    }
+    if !guest_status.success() {
+        return Err(format!(
+            "{} failed ({guest_status}): {}",
+            kind.program(),
+            tail(&guest_lines)
+        ));
+    }
+    // A client posts the work and says its completions were all successful; a server
+    // (write_bw, read_bw) posts nothing and reports the client's figures.
+    if is_client
+        && !perf_lines
+            .iter()
+            .any(|l| l.contains("every completion successful"))
+    {
+        return Err(format!(
+            "softverbs perf did not confirm its completions: {}",
+            tail(&perf_lines)
+        ));
+    }
+    let theirs =
+        report_row(&guest_lines).ok_or_else(|| format!("{} printed no report", kind.program()))?;
+    // The size and iteration count both programs report must be the run's.
+    let expected = [SIZE.to_string(), ITERS.to_string()];
+    if theirs.get(..2) != Some(&expected[..]) {
+        return Err(format!("{}'s report: {}", kind.program(), theirs.join(" ")));
+    }
+    let ours = if is_client {
+        report_row(&perf_lines)
+    } else {
+        // The server prints the client's figures on the line after "the client's figures".
+        perf_lines
+            .iter()
+            .skip_while(|l| !l.contains("the client's figures"))
+            .nth(1)
+            .map(|l| l.split_whitespace().map(str::to_string).collect())
+    }
+    .ok_or_else(|| format!("softverbs perf printed no report: {}", tail(&perf_lines)))?;
+    if ours.get(..2) != Some(&expected[..]) {
+        return Err(format!("softverbs perf's report: {}", ours.join(" ")));
+    }
+    let role = if is_client { "client" } else { "server" };
+    Ok(format!(
+        "softverbs perf {} as {role}, {ITERS} x {SIZE} B, every completion checked; {}'s report: {}",
+        test_name(kind),
+        kind.program(),
+        theirs.join(" ")
+    ))
+}
