@@ -113,6 +113,25 @@ fn wait_exit(child: &mut Child, who: &str) -> Result<std::process::ExitStatus, S
     }
 }
 
+/// Runs `script` in the guest over ssh with the port forward `forward`; the child and its
+/// output.
+fn spawn_guest(
+    env: &LabEnv,
+    forward: [String; 2],
+    script: String,
+) -> Result<(Child, Lines), String> {
+    let mut child = env
+        .ssh(&forward)
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("ssh: {e}"))?;
+    let out = Lines::follow(child.stdout.take().ok_or("no guest stdout")?);
+    Ok((child, out))
+}
+
 fn free_port() -> Result<u16, String> {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -153,18 +172,8 @@ pub fn run(
         let script = format!(
             "{perftest} 2>&1 & for i in $(seq 300); do ss -ltn | grep -q ':{IBV_PINGPONG_PORT} ' && echo {LISTENING} && break; sleep 0.1; done; wait"
         );
-        let mut guest = env
-            .ssh(&[
-                "-L".into(),
-                format!("127.0.0.1:{port}:127.0.0.1:{IBV_PINGPONG_PORT}"),
-            ])
-            .arg(script)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("ssh: {e}"))?;
-        let mut guest_out = Lines::follow(guest.stdout.take().ok_or("no guest stdout")?);
+        let forward = format!("127.0.0.1:{port}:127.0.0.1:{IBV_PINGPONG_PORT}");
+        let (mut guest, mut guest_out) = spawn_guest(env, ["-L".into(), forward], script)?;
         if !guest_out.wait_for(LISTENING, deadline) {
             let _ = guest.kill();
             let _ = guest.wait();
@@ -189,15 +198,12 @@ pub fn run(
             ));
         }
         let perf_out = Lines::follow(perf_child.stdout.take().ok_or("no perf stdout")?);
-        let mut guest = env
-            .ssh(&["-R".into(), format!("{IBV_PINGPONG_PORT}:127.0.0.1:{port}")])
-            .arg(format!("{perftest} 127.0.0.1 2>&1"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("ssh: {e}"))?;
-        let guest_out = Lines::follow(guest.stdout.take().ok_or("no guest stdout")?);
+        let forward = format!("{IBV_PINGPONG_PORT}:127.0.0.1:{port}");
+        let (guest, guest_out) = spawn_guest(
+            env,
+            ["-R".into(), forward],
+            format!("{perftest} 127.0.0.1 2>&1"),
+        )?;
         (guest, perf_child, guest_out, perf_out)
     };
     let perf_status = wait_exit(&mut perf_child, "softverbs perf");
