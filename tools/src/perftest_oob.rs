@@ -15,7 +15,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use softverbs::{Gid, VerbsError, VerbsResult};
+use softverbs::{Gid, Mtu, VerbsError, VerbsResult};
 
 /// perftest's protocol version this side claims (perftest 4.5-0.17 is 6.06).
 pub const PERFTEST_VERSION: &str = "6.06";
@@ -103,6 +103,12 @@ pub struct PerftestPeer {
     pub mtu_enum: u32,
     /// Its QP.
     pub keys: PerftestKeys,
+}
+
+/// The MTU enum of perftest's side channel (`enum ibv_mtu`: 1 = 256 .. 5 = 4096) for `mtu`
+/// bytes; 5 for a size that is none of them.
+pub fn mtu_enum(mtu: u32) -> u32 {
+    Mtu::from_bytes(mtu).unwrap_or(Mtu::Mtu4096) as u32
 }
 
 /// A side-channel connection to a perftest peer.
@@ -227,6 +233,15 @@ impl PerftestComm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mtu_enum_is_ibv_mtu() {
+        let got: Vec<u32> = [256, 512, 1024, 2048, 4096, 1000]
+            .into_iter()
+            .map(mtu_enum)
+            .collect();
+        assert_eq!(got, [1, 2, 3, 4, 5, 5]);
+    }
 
     #[test]
     fn keys_round_trip_in_perftest_layout() {

@@ -9,13 +9,13 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::OnceLock;
 
-use softverbs::{ChannelNetwork, DeviceConfig, LinkConfig, VerbsError, VerbsResult};
+use softverbs::{ChannelNetwork, DeviceConfig, LinkConfig, Mtu, VerbsError, VerbsResult};
 
 use super::args::{LinkKind, Role, Settings, TestKind, Verb};
 use super::report::{self, Baseline, BwResult, LatResult};
-use super::setup::{mtu_enum, Side};
+use super::setup::Side;
 use super::{bw, lat, oob, udp_baseline};
-use crate::perftest_oob::PerftestComm;
+use crate::perftest_oob::{mtu_enum, PerftestComm};
 
 /// What the client measured for one size.
 #[derive(Debug, Clone)]
@@ -174,14 +174,9 @@ pub fn run(s: &Settings) -> VerbsResult<()> {
 fn connect_side(s: &Settings, device: &str, comm: &mut PerftestComm) -> VerbsResult<Side> {
     let mut side = Side::new(device, s)?;
     let mine = side.keys()?;
-    let (theirs, peer_mtu) = oob::exchange_keys(comm, mtu_enum(s.mtu), &mine)?;
-    let mtu = match peer_mtu.min(mtu_enum(s.mtu)) {
-        1 => 256,
-        2 => 512,
-        3 => 1024,
-        4 => 2048,
-        _ => 4096,
-    };
+    let ours = mtu_enum(s.mtu);
+    let (theirs, peer_mtu) = oob::exchange_keys(comm, ours, &mine)?;
+    let mtu = Mtu::from_raw(peer_mtu.min(ours)).map_or(4096, Mtu::bytes);
     side.connect(&mine, &theirs, mtu)?;
     if s.test.verb() == Some(Verb::Send) {
         if s.test.is_latency() {

@@ -162,17 +162,6 @@ fn first_psn(qpn: u32, gid: Gid) -> u32 {
     (qpn.wrapping_mul(0x9E37_79B1) ^ g) & 0x00ff_ffff
 }
 
-/// The MTU enum of perftest's side channel (1 = 256 .. 5 = 4096).
-pub fn mtu_enum(mtu: u32) -> u32 {
-    match mtu {
-        256 => 1,
-        512 => 2,
-        1024 => 3,
-        2048 => 4,
-        _ => 5,
-    }
-}
-
 /// The byte at `i` of the test data of a `size`-byte run (what the verifying side expects).
 pub fn pattern_byte(size: usize, i: usize) -> u8 {
     crate::rc_pair::pattern_byte(size as u64, i)

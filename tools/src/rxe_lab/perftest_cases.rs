@@ -16,7 +16,7 @@ use softverbs::{
 use super::lab_env::LabEnv;
 use super::verb_cases::{Direction, LAB_QP_TIMEOUT};
 use crate::ibv_oob::IBV_PINGPONG_PORT;
-use crate::perftest_oob::{PerftestComm, PerftestKeys};
+use crate::perftest_oob::{mtu_enum, PerftestComm, PerftestKeys};
 
 /// The perftest programs covered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,16 +54,6 @@ const OUT_READS: u32 = 16;
 const WAIT: Duration = Duration::from_secs(120);
 /// perftest in the guest is killed after this long whatever happens.
 const GUEST_LIFETIME_S: u64 = 200;
-
-fn mtu_enum(mtu: u32) -> u32 {
-    match mtu {
-        256 => 1,
-        512 => 2,
-        1024 => 3,
-        2048 => 4,
-        _ => 5,
-    }
-}
 
 fn e(x: softverbs::VerbsError) -> String {
     x.to_string()
@@ -232,11 +222,7 @@ pub fn run(
         let (mut comm, peer) = setup?;
         // As perftest: the smaller MTU of the two, and a buffer that covers the larger cycle
         // buffer the peer's requests walk through.
-        let mtu = if (1..=5).contains(&peer.mtu_enum) {
-            mtu.min(128 << peer.mtu_enum)
-        } else {
-            mtu
-        };
+        let mtu = Mtu::from_raw(peer.mtu_enum).map_or(mtu, |m| mtu.min(m.bytes()));
         let path_mtu = Mtu::from_bytes(mtu).ok_or("bad MTU")?;
         if (peer.cycle_buffer as usize).max(SIZE) * 2 > buf_len {
             return Err(format!(
