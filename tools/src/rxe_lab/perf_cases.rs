@@ -11,8 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use super::lab_env::LabEnv;
-use super::perftest_cases::PerftestBw;
+use super::lab_env::{wait_exit, LabEnv};
+use super::perftest_cases::{report_fields, PerftestBw};
 use super::verb_cases::Direction;
 use crate::ibv_oob::IBV_PINGPONG_PORT;
 
@@ -28,15 +28,6 @@ const WAIT: Duration = Duration::from_secs(120);
 const GUEST_LIFETIME_S: u64 = 150;
 /// What the guest prints once its perftest server listens (see `run`).
 const LISTENING: &str = "perftest-listening";
-
-/// The `softverbs perf` test name of `kind`.
-fn test_name(kind: PerftestBw) -> &'static str {
-    match kind {
-        PerftestBw::Send => "send_bw",
-        PerftestBw::Write => "write_bw",
-        PerftestBw::Read => "read_bw",
-    }
-}
 
 /// A child's output, line by line, as it comes (stdout and stderr merged by the caller's
 /// choice of which pipe to follow), so that a run can wait for a line and still keep all.
@@ -87,32 +78,6 @@ impl Lines {
     }
 }
 
-/// A program's bandwidth row, the line after the `#bytes #iterations ...` header, as
-/// whitespace-separated fields.
-fn report_row(lines: &[String]) -> Option<Vec<String>> {
-    let row = lines
-        .iter()
-        .skip_while(|l| !l.trim_start().starts_with("#bytes"))
-        .nth(1)?;
-    Some(row.split_whitespace().map(str::to_string).collect())
-}
-
-/// Waits for `child` to exit within `WAIT`; its exit status, or `Err` (the child killed).
-fn wait_exit(child: &mut Child, who: &str) -> Result<std::process::ExitStatus, String> {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return Ok(status),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("{who} did not finish"));
-            }
-        }
-    }
-}
-
 /// Runs `script` in the guest over ssh with the port forward `forward`; the child and its
 /// output.
 fn spawn_guest(
@@ -156,7 +121,7 @@ pub fn run(
     );
     let mut perf = Command::new(exe);
     perf.env(softverbs_emu::engine::DEVICES_ENV, env.device_spec(device))
-        .args(["perf", test_name(kind)])
+        .args(["perf", kind.perf_test()])
         .args(["-d", device, "-p", &port.to_string()])
         .args(["-s", &SIZE.to_string(), "-n", &ITERS.to_string()])
         .args(["-m", &mtu.to_string(), "--no-verify"])
@@ -206,8 +171,8 @@ pub fn run(
         )?;
         (guest, perf_child, guest_out, perf_out)
     };
-    let perf_status = wait_exit(&mut perf_child, "softverbs perf");
-    let guest_status = wait_exit(&mut guest, kind.program());
+    let perf_status = wait_exit(&mut perf_child, WAIT, "softverbs perf");
+    let guest_status = wait_exit(&mut guest, WAIT, kind.program());
     let perf_lines = perf_out.all();
     let guest_lines = guest_out.all();
     let perf_status = perf_status?;
@@ -247,22 +212,23 @@ pub fn run(
             tail(&perf_lines)
         ));
     }
-    let theirs =
-        report_row(&guest_lines).ok_or_else(|| format!("{} printed no report", kind.program()))?;
+    let theirs = report_fields(guest_lines.iter().map(String::as_str))
+        .ok_or_else(|| format!("{} printed no report", kind.program()))?;
     // The size and iteration count both programs report must be the run's.
-    let expected = [SIZE.to_string(), ITERS.to_string()];
+    let (size, iters) = (SIZE.to_string(), ITERS.to_string());
+    let expected = [size.as_str(), iters.as_str()];
     if theirs.get(..2) != Some(&expected[..]) {
         return Err(format!("{}'s report: {}", kind.program(), theirs.join(" ")));
     }
     let ours = if is_client {
-        report_row(&perf_lines)
+        report_fields(perf_lines.iter().map(String::as_str))
     } else {
         // The server prints the client's figures on the line after "the client's figures".
         perf_lines
             .iter()
             .skip_while(|l| !l.contains("the client's figures"))
             .nth(1)
-            .map(|l| l.split_whitespace().map(str::to_string).collect())
+            .map(|l| l.split_whitespace().collect())
     }
     .ok_or_else(|| format!("softverbs perf printed no report: {}", tail(&perf_lines)))?;
     if ours.get(..2) != Some(&expected[..]) {
@@ -271,7 +237,7 @@ pub fn run(
     let role = if is_client { "client" } else { "server" };
     Ok(format!(
         "softverbs perf {} as {role}, {ITERS} x {SIZE} B, every completion checked; {}'s report: {}",
-        test_name(kind),
+        kind.perf_test(),
         kind.program(),
         theirs.join(" ")
     ))

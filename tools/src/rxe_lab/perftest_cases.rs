@@ -13,7 +13,7 @@ use softverbs::{
     SendWr, WcOpcode, WcStatus, WrOpcode,
 };
 
-use super::lab_env::LabEnv;
+use super::lab_env::{wait_exit, LabEnv};
 use super::verb_cases::{Direction, LAB_QP_TIMEOUT};
 use crate::ibv_oob::IBV_PINGPONG_PORT;
 use crate::perftest_oob::{mtu_enum, PerftestComm, PerftestKeys};
@@ -41,6 +41,15 @@ impl PerftestBw {
             PerftestBw::Read => "ib_read_bw",
         }
     }
+
+    /// The `softverbs perf` test of the same name.
+    pub fn perf_test(self) -> &'static str {
+        match self {
+            PerftestBw::Send => "send_bw",
+            PerftestBw::Write => "write_bw",
+            PerftestBw::Read => "read_bw",
+        }
+    }
 }
 
 /// Message size and count of each run.
@@ -60,15 +69,7 @@ fn e(x: softverbs::VerbsError) -> String {
 }
 
 fn wait_guest(mut child: Child) -> Result<String, String> {
-    let deadline = Instant::now() + WAIT;
-    while matches!(child.try_wait(), Ok(None)) {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err("perftest in the guest did not finish".into());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_exit(&mut child, WAIT, "perftest in the guest")?;
     let out = child.wait_with_output().map_err(|x| x.to_string())?;
     let text =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
@@ -80,14 +81,20 @@ fn wait_guest(mut child: Child) -> Result<String, String> {
             tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
         ));
     }
-    // The report: the line after the "#bytes #iterations ..." header.
-    let report = text
-        .lines()
-        .skip_while(|l| !l.trim_start().starts_with("#bytes"))
-        .nth(1)
-        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+    let report = report_fields(text.lines())
+        .map(|fields| fields.join(" "))
         .ok_or_else(|| format!("perftest printed no report: {}", text.trim()))?;
     Ok(report)
+}
+
+/// The fields of a bandwidth report, perftest's or `softverbs perf`'s: the line after the
+/// `#bytes #iterations ...` header.
+pub fn report_fields<'a>(lines: impl IntoIterator<Item = &'a str>) -> Option<Vec<&'a str>> {
+    let row = lines
+        .into_iter()
+        .skip_while(|l| !l.trim_start().starts_with("#bytes"))
+        .nth(1)?;
+    Some(row.split_whitespace().collect())
 }
 
 /// Connects to a forwarded perftest server, retrying while the forward has nobody behind it

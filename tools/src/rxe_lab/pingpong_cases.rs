@@ -4,11 +4,11 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use softverbs::Mtu;
 
-use super::lab_env::LabEnv;
+use super::lab_env::{wait_exit, LabEnv};
 use super::verb_cases::{Direction, LAB_QP_TIMEOUT};
 use crate::ibv_oob::IBV_PINGPONG_PORT;
 use crate::ibv_pingpong::{self, IbvKind, IbvPingpongConfig, IbvRole};
@@ -49,18 +49,11 @@ fn iters_for(size: usize) -> u64 {
 }
 
 fn wait_guest(mut child: Child) -> Result<String, String> {
-    let deadline = Instant::now() + GUEST_EXIT_WAIT;
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err("the ping-pong program in the guest did not finish".into());
-            }
-        }
-    }
+    wait_exit(
+        &mut child,
+        GUEST_EXIT_WAIT,
+        "the ping-pong program in the guest",
+    )?;
     let out = child.wait_with_output().map_err(|e| e.to_string())?;
     let text =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
