@@ -62,18 +62,26 @@ fn pop(capacity: usize) -> Option<Vec<u8>> {
         .flatten()
 }
 
-/// A buffer of `len` bytes whose content is unspecified (what its last use left), for a
-/// writer that overwrites all of it, as `RoceRepr::emit` does (the capture tests emit into
-/// garbage to hold it to that): zeroing 4 KiB per packet showed in profiles.
-pub fn take_for_overwrite(len: usize) -> Vec<u8> {
+/// A recycled buffer of the size class that holds `len` bytes (a new one if none is free),
+/// with whatever content its last use left; `None` beyond the largest class.
+fn of_class(len: usize) -> Option<Vec<u8>> {
     let capacity = if len <= SMALL_BYTES {
         SMALL_BYTES
     } else if len <= LARGE_BYTES {
         LARGE_BYTES
     } else {
+        return None;
+    };
+    Some(pop(capacity).unwrap_or_else(|| Vec::with_capacity(capacity)))
+}
+
+/// A buffer of `len` bytes whose content is unspecified (what its last use left), for a
+/// writer that overwrites all of it, as `RoceRepr::emit` does (the capture tests emit into
+/// garbage to hold it to that): zeroing 4 KiB per packet showed in profiles.
+pub fn take_for_overwrite(len: usize) -> Vec<u8> {
+    let Some(mut buf) = of_class(len) else {
         return vec![0; len];
     };
-    let mut buf = pop(capacity).unwrap_or_else(|| Vec::with_capacity(capacity));
     if buf.len() >= len {
         buf.truncate(len);
     } else {
@@ -84,14 +92,9 @@ pub fn take_for_overwrite(len: usize) -> Vec<u8> {
 
 /// A buffer of `len` zero bytes, recycled when one of its class is free.
 pub fn take(len: usize) -> Vec<u8> {
-    let capacity = if len <= SMALL_BYTES {
-        SMALL_BYTES
-    } else if len <= LARGE_BYTES {
-        LARGE_BYTES
-    } else {
+    let Some(mut buf) = of_class(len) else {
         return vec![0; len];
     };
-    let mut buf = pop(capacity).unwrap_or_else(|| Vec::with_capacity(capacity));
     buf.clear();
     buf.resize(len, 0);
     buf
