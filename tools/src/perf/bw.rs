@@ -11,6 +11,7 @@ use softverbs::{
 
 use super::args::{Settings, Verb};
 use super::backoff::Backoff;
+use super::oob::PeerWatch;
 use super::progress::Progress;
 use super::report::BwResult;
 use super::setup::{pattern_byte, Side};
@@ -20,8 +21,6 @@ use crate::perftest_oob::{PerftestComm, PerftestKeys};
 const INDEX_BITS: u32 = 40;
 /// Shortest window the peak bandwidth is measured over.
 const PEAK_WINDOW: Duration = Duration::from_millis(10);
-/// How often a side that waits for its peer looks at the side channel.
-const PEER_CHECK: Duration = Duration::from_millis(1);
 
 fn failed(wc: &WorkCompletion) -> VerbsError {
     VerbsError::Io {
@@ -270,7 +269,7 @@ pub fn server_recv(side: &Side, size: usize, comm: &PerftestComm) -> VerbsResult
     let mut got = 0u64;
     let mut wcs = vec![WorkCompletion::default(); 64];
     let mut backoff = Backoff::new(&side.ctx);
-    let mut next_check = Instant::now() + PEER_CHECK;
+    let mut watch = PeerWatch::new();
     let mut peer_done = false;
     let qp_index: std::collections::HashMap<u32, usize> = side
         .qps
@@ -320,11 +319,9 @@ pub fn server_recv(side: &Side, size: usize, comm: &PerftestComm) -> VerbsResult
         if peer_done {
             return Ok(got);
         }
-        let now = Instant::now();
-        if now >= next_check {
-            next_check = now + PEER_CHECK;
+        if let Some(waiting) = watch.check(comm)? {
             // One more poll after the peer is seen done: its last completions are queued.
-            peer_done = comm.peer_waiting()?;
+            peer_done = waiting;
             continue;
         }
         backoff.idle();

@@ -10,13 +10,12 @@ use softverbs::{
 use super::args::{Settings, Verb};
 use super::backoff::Backoff;
 use super::bw::{template, verify_pattern};
+use super::oob::PeerWatch;
 use super::progress::Progress;
 use super::report::LatResult;
 use super::setup::{Side, LAT_SIGNAL_EVERY};
 use crate::perftest_oob::{PerftestComm, PerftestKeys};
 
-/// How often a side that waits for its peer looks at the side channel.
-const PEER_CHECK: Duration = Duration::from_millis(1);
 /// Longest wait for one round trip before the run is declared stuck.
 const STUCK: Duration = Duration::from_secs(30);
 
@@ -93,16 +92,34 @@ struct Pinger<'a> {
     backoff: Backoff,
 }
 
+/// Whether message `n` of a WRITE or SEND ping-pong side is signaled: one in
+/// [`LAT_SIGNAL_EVERY`].
+fn signaled(n: u64) -> bool {
+    n % LAT_SIGNAL_EVERY == LAT_SIGNAL_EVERY - 1
+}
+
+/// Posts `wr` on QP 0 as message `n` of a ping-pong side: wr_id `n`, flags `base`, plus
+/// SIGNALED if `signal`.
+fn post_nth(
+    side: &Side,
+    wr: &mut SendWr,
+    base: SendFlags,
+    n: u64,
+    signal: bool,
+) -> VerbsResult<()> {
+    wr.wr_id = n;
+    wr.send_flags = base;
+    if signal {
+        wr.send_flags |= SendFlags::SIGNALED;
+    }
+    side.qps[0]
+        .post_send(std::slice::from_ref(wr))
+        .map_err(|e| e.error)
+}
+
 impl Pinger<'_> {
     fn post(&mut self, i: u64, signal: bool) -> VerbsResult<()> {
-        self.wr.wr_id = i;
-        self.wr.send_flags = self.base_flags;
-        if signal {
-            self.wr.send_flags |= SendFlags::SIGNALED;
-        }
-        self.side.qps[0]
-            .post_send(std::slice::from_ref(&self.wr))
-            .map_err(|e| e.error)
+        post_nth(self.side, &mut self.wr, self.base_flags, i, signal)
     }
 
     fn round_trip(&mut self, i: u64) -> VerbsResult<()> {
@@ -113,7 +130,7 @@ impl Pinger<'_> {
                 self.side
                     .mr
                     .write(self.side.src_off + self.size - 1, &[t])?;
-                self.post(i, i % LAT_SIGNAL_EVERY == LAT_SIGNAL_EVERY - 1)?;
+                self.post(i, signaled(i))?;
                 while last_byte(self.side, self.size)? != t {
                     let mut r = 0;
                     reap(self.side, &mut self.wcs, &mut r, self.size)?;
@@ -125,7 +142,7 @@ impl Pinger<'_> {
             }
             Verb::Send => {
                 let want = self.recvs + 1;
-                self.post(i, i % LAT_SIGNAL_EVERY == LAT_SIGNAL_EVERY - 1)?;
+                self.post(i, signaled(i))?;
                 while self.recvs < want {
                     let before = self.recvs;
                     reap(self.side, &mut self.wcs, &mut self.recvs, self.size)?;
@@ -241,31 +258,20 @@ pub fn server_write(side: &Side, size: usize, comm: &PerftestComm) -> VerbsResul
     let mut wcs = vec![WorkCompletion::default(); 16];
     let mut i = 0u64;
     let mut backoff = Backoff::new(&side.ctx);
-    let mut next_check = Instant::now() + PEER_CHECK;
+    let mut watch = PeerWatch::new();
     loop {
         let t = tag(i);
         if last_byte(side, size)? == t {
             side.mr.write(side.src_off + size - 1, &[t])?;
-            wr.wr_id = i;
-            wr.send_flags = base;
-            if i % LAT_SIGNAL_EVERY == LAT_SIGNAL_EVERY - 1 {
-                wr.send_flags |= SendFlags::SIGNALED;
-            }
-            side.qps[0]
-                .post_send(std::slice::from_ref(&wr))
-                .map_err(|e| e.error)?;
+            post_nth(side, &mut wr, base, i, signaled(i))?;
             i += 1;
             backoff.reset();
             continue;
         }
         let mut r = 0;
         reap(side, &mut wcs, &mut r, size)?;
-        let now = Instant::now();
-        if now >= next_check {
-            next_check = now + PEER_CHECK;
-            if comm.peer_waiting()? {
-                return Ok(i);
-            }
+        if watch.check(comm)? == Some(true) {
+            return Ok(i);
         }
         backoff.idle();
     }
@@ -281,7 +287,7 @@ pub fn server_send(side: &Side, size: usize, comm: &PerftestComm) -> VerbsResult
     let mut answered = 0u64;
     let mut recvs = 0u64;
     let mut backoff = Backoff::new(&side.ctx);
-    let mut next_check = Instant::now() + PEER_CHECK;
+    let mut watch = PeerWatch::new();
     loop {
         reap(side, &mut wcs, &mut recvs, size)?;
         if recvs > answered {
@@ -289,25 +295,14 @@ pub fn server_send(side: &Side, size: usize, comm: &PerftestComm) -> VerbsResult
                 side.qps[0]
                     .post_recv(std::slice::from_ref(&recv))
                     .map_err(|e| e.error)?;
-                wr.wr_id = answered;
-                wr.send_flags = base;
-                if answered % LAT_SIGNAL_EVERY == LAT_SIGNAL_EVERY - 1 {
-                    wr.send_flags |= SendFlags::SIGNALED;
-                }
-                side.qps[0]
-                    .post_send(std::slice::from_ref(&wr))
-                    .map_err(|e| e.error)?;
+                post_nth(side, &mut wr, base, answered, signaled(answered))?;
                 answered += 1;
             }
             backoff.reset();
             continue;
         }
-        let now = Instant::now();
-        if now >= next_check {
-            next_check = now + PEER_CHECK;
-            if comm.peer_waiting()? {
-                return Ok(answered);
-            }
+        if watch.check(comm)? == Some(true) {
+            return Ok(answered);
         }
         backoff.idle();
     }

@@ -25,6 +25,34 @@ const fn libc_eio() -> i32 {
     5
 }
 
+/// How often a side that waits for its peer looks at the side channel.
+const PEER_CHECK: Duration = Duration::from_millis(1);
+
+/// A test loop's look at the side channel, at most every [`PEER_CHECK`]: has the peer
+/// reached its next exchange (and so waits for this side)?
+pub struct PeerWatch {
+    next: Instant,
+}
+
+impl PeerWatch {
+    /// The first look is due after [`PEER_CHECK`].
+    pub fn new() -> PeerWatch {
+        PeerWatch {
+            next: Instant::now() + PEER_CHECK,
+        }
+    }
+
+    /// `None` if no look is due yet; otherwise whether the peer waits.
+    pub fn check(&mut self, comm: &PerftestComm) -> VerbsResult<Option<bool>> {
+        let now = Instant::now();
+        if now < self.next {
+            return Ok(None);
+        }
+        self.next = now + PEER_CHECK;
+        comm.peer_waiting().map(Some)
+    }
+}
+
 /// A listening server socket.
 pub fn listen(addr: SocketAddr) -> VerbsResult<TcpListener> {
     TcpListener::bind(addr).map_err(|e| io(&format!("listening on {addr}"), e))
