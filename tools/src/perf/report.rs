@@ -96,6 +96,10 @@ pub struct Baseline {
     pub bw_method: String,
     /// Every method measured: (name, MB/s, Mpps).
     pub methods: Vec<(String, f64, f64)>,
+    /// Goodput of raw UDP carrying the datagrams an RC WRITE of the size puts on the wire
+    /// (its first packet longer by the RETH, so outside the GSO run), MB/s: what the kernel
+    /// allows RoCE WRITEs on this path. A reference beside `bw_mbs`, not part of it.
+    pub write_datagrams_mbs: f64,
     /// Median half round trip of a UDP ping-pong, microseconds: the lower of the two below.
     pub half_rtt_us: f64,
     /// ... with blocking receives (each answer wakes a sleeping thread).
@@ -250,11 +254,13 @@ pub fn baseline_json(b: &Baseline) -> String {
         .collect();
     format!(
         "{{\"datagram_bytes\":{},\"bw_mbs\":{},\"bw_method\":{},\"methods\":[{}],\
-         \"half_rtt_us\":{},\"half_rtt_block_us\":{},\"half_rtt_spin_us\":{}}}",
+         \"write_datagrams_mbs\":{},\"half_rtt_us\":{},\"half_rtt_block_us\":{},\
+         \"half_rtt_spin_us\":{}}}",
         b.datagram_bytes,
         json_num(b.bw_mbs),
         json_str(&b.bw_method),
         methods.join(","),
+        json_num(b.write_datagrams_mbs),
         json_num(b.half_rtt_us),
         json_num(b.half_rtt_block_us),
         json_num(b.half_rtt_spin_us)

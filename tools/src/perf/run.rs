@@ -482,6 +482,12 @@ fn print_client(
                 "    UDP baseline for {size} B ({} B datagrams): {:.2} MB/s ({}), ping-pong half RTT {:.2} us (blocking {:.2}, busy-poll {:.2})",
                 b.datagram_bytes, b.bw_mbs, b.bw_method, b.half_rtt_us, b.half_rtt_block_us, b.half_rtt_spin_us
             );
+            if b.write_datagrams_mbs > 0.0 {
+                println!(
+                    "    raw UDP carrying a WRITE's own datagrams (RETH on the first): {:.2} MB/s",
+                    b.write_datagrams_mbs
+                );
+            }
         }
     }
     if s.no_verify {

@@ -1,8 +1,9 @@
 //! `softverbs perf udp-baseline`: what raw UDP carries on the path the emulator uses
 //! (127.0.0.1 to 127.0.0.2), with the datagram size a RoCE packet of the message size has:
-//! bandwidth with one send per datagram, with sendmmsg batches, and with UDP GSO (receiver
-//! with GRO) where the kernel has it; and the median half round trip of a ping-pong, with
-//! blocking receives and with busy-polled ones.
+//! bandwidth with one send per datagram, with sendmmsg batches, with UDP GSO (receiver with
+//! GRO) where the kernel has it, and with the datagrams an RDMA WRITE of the message size
+//! puts on the wire; and the median half round trip of a ping-pong, with blocking receives
+//! and with busy-polled ones.
 //! Traffic goes only to 127.0.0.2, and every loop is bounded in time and count.
 
 use std::io;
@@ -19,6 +20,8 @@ use super::report::Baseline;
 
 /// BTH + ICRC: what every RoCE packet adds to its payload (extension headers come on top).
 const ROCE_OVERHEAD: usize = 12 + 4;
+/// The RETH a WRITE's first packet carries on top.
+const RETH_BYTES: usize = 16;
 /// How long each bandwidth method sends.
 const SEND_FOR: Duration = Duration::from_millis(500);
 /// Datagrams per sendmmsg call.
@@ -44,11 +47,68 @@ pub fn datagram_bytes(size: usize, mtu: usize) -> usize {
     size.min(mtu).max(1) + ROCE_OVERHEAD
 }
 
+/// The UDP payload sizes of the packets of one RC WRITE of `size` bytes at `mtu`: the first
+/// carries a RETH besides its (full MTU) payload, so it cannot join the GSO run of the rest;
+/// payloads are padded to 4 bytes.
+pub fn write_datagrams(size: usize, mtu: usize) -> Vec<usize> {
+    let size = size.max(1);
+    let packets = size.div_ceil(mtu);
+    (0..packets)
+        .map(|k| {
+            let payload = (size - k * mtu).min(mtu).next_multiple_of(4);
+            payload + ROCE_OVERHEAD + if k == 0 { RETH_BYTES } else { 0 }
+        })
+        .collect()
+}
+
+/// How `copies` messages of the datagrams of `message` (sizes, as [`write_datagrams`]
+/// gives them) leave as sendmmsg calls, each (index of its first datagram, its runs as
+/// [`batch_sys::send_runs`] takes them). Per message: the first datagram alone, the rest
+/// in GSO runs of at most [`batch_sys::MAX_BATCH`] datagrams and [`GSO_MAX`] bytes. A call
+/// takes as many runs as `send_runs` allows, as the engine's send batches do.
+fn sendmmsg_calls(message: &[usize], copies: usize) -> Vec<(usize, Vec<usize>)> {
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < message.len() {
+        let mut run = 1;
+        if i > 0 {
+            let mut bytes = message[i];
+            while i + run < message.len()
+                && run < batch_sys::MAX_BATCH
+                && bytes + message[i + run] <= GSO_MAX
+            {
+                bytes += message[i + run];
+                run += 1;
+            }
+        }
+        runs.push(run);
+        i += run;
+    }
+    let mut calls: Vec<(usize, Vec<usize>)> = Vec::new();
+    let mut start = 0;
+    for &run in runs.iter().cycle().take(runs.len() * copies) {
+        match calls.last_mut() {
+            Some((first, call))
+                if call.len() < batch_sys::MAX_BATCH
+                    && start + run - *first <= batch_sys::MAX_SEND_DATAGRAMS =>
+            {
+                call.push(run)
+            }
+            _ => calls.push((start, vec![run])),
+        }
+        start += run;
+    }
+    calls
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Method {
     SendTo,
     Sendmmsg,
     Gso,
+    /// One sendmmsg per message: the first packet alone, the rest one GSO run, as
+    /// softverbs sends a WRITE towards loopback.
+    WriteDatagrams,
 }
 
 impl Method {
@@ -57,38 +117,44 @@ impl Method {
             Method::SendTo => "send_to + recvmmsg",
             Method::Sendmmsg => "sendmmsg + recvmmsg",
             Method::Gso => "GSO + GRO",
+            Method::WriteDatagrams => "WRITE datagrams, GSO + GRO",
         }
+    }
+
+    fn uses_gso(self) -> bool {
+        matches!(self, Method::Gso | Method::WriteDatagrams)
     }
 }
 
-/// Datagrams received in `SEND_FOR` with `method`, and the seconds they spanned; `None` if
-/// the kernel lacks the method.
-fn blast(method: Method, datagram: usize) -> io::Result<Option<(u64, f64)>> {
+/// What a receiver counted: datagrams, their bytes, and the seconds they spanned.
+struct Received {
+    datagrams: u64,
+    bytes: u64,
+    secs: f64,
+}
+
+/// What arrived in `SEND_FOR` of sending `datagram`-byte datagrams with `method` (for
+/// `WriteDatagrams`, the datagrams of `write` instead); `None` if the kernel lacks the
+/// method.
+fn blast(method: Method, datagram: usize, write: &[usize]) -> io::Result<Option<Received>> {
     let tx = socket(Ipv4Addr::new(127, 0, 0, 1))?;
     let rx = socket(Ipv4Addr::new(127, 0, 0, 2))?;
     let dst = rx.local_addr()?;
     rx.set_read_timeout(Some(Duration::from_millis(20)))?;
-    if method == Method::Gso
-        && (batch_sys::set_udp_segment(&tx, datagram as u16).is_err()
-            || batch_sys::set_udp_gro(&rx, true).is_err())
-    {
+    if method == Method::Gso && batch_sys::set_udp_segment(&tx, datagram as u16).is_err() {
+        return Ok(None);
+    }
+    if method.uses_gso() && batch_sys::set_udp_gro(&rx, true).is_err() {
         return Ok(None);
     }
     let stop = Arc::new(AtomicBool::new(false));
     let stop_rx = stop.clone();
-    let receiver = std::thread::spawn(move || -> io::Result<(u64, f64)> {
-        let mut count = 0u64;
+    let receiver = std::thread::spawn(move || -> io::Result<Received> {
+        let (mut datagrams, mut bytes) = (0u64, 0u64);
         let mut first = None;
         let mut last = Instant::now();
         let mut quiet_since: Option<Instant> = None;
-        let mut slots = RecvSlots::new(
-            64,
-            if method == Method::Gso {
-                65_536
-            } else {
-                datagram
-            },
-        );
+        let mut slots = RecvSlots::new(64, if method.uses_gso() { 65_536 } else { datagram });
         loop {
             match batch_sys::recv_batch(&rx, &mut slots) {
                 Ok(n) => {
@@ -99,7 +165,13 @@ fn blast(method: Method, datagram: usize) -> io::Result<Option<(u64, f64)>> {
                     for i in 0..n {
                         let len = slots.get(i).0.len();
                         // With GRO one receive holds several equal datagrams.
-                        count += len.div_ceil(datagram) as u64;
+                        let segment = slots.segment_bytes(i);
+                        datagrams += if segment == 0 {
+                            1
+                        } else {
+                            len.div_ceil(segment) as u64
+                        };
+                        bytes += len as u64;
                     }
                 }
                 Err(e)
@@ -120,12 +192,25 @@ fn blast(method: Method, datagram: usize) -> io::Result<Option<(u64, f64)>> {
             }
         }
         let secs = first.map_or(0.0, |f| (last - f).as_secs_f64());
-        Ok((count, secs))
+        Ok(Received {
+            datagrams,
+            bytes,
+            secs,
+        })
     });
     let payload = vec![0x5au8; datagram];
     let gso_segments = (GSO_MAX / datagram).clamp(1, 64);
     let gso_buf = vec![0x5au8; gso_segments * datagram];
     let list: Vec<(&[u8], SocketAddr)> = (0..BATCH).map(|_| (payload.as_slice(), dst)).collect();
+    // Enough messages to fill a sendmmsg call; a buffer per packet, as the engine's packet
+    // pool hands them out.
+    let copies = (batch_sys::MAX_SEND_DATAGRAMS / write.len().max(1)).max(1);
+    let write_bufs: Vec<Vec<u8>> = (0..copies)
+        .flat_map(|_| write.iter().map(|&n| vec![0x5au8; n]))
+        .collect();
+    let write_list: Vec<(&[u8], SocketAddr)> =
+        write_bufs.iter().map(|b| (b.as_slice(), dst)).collect();
+    let write_calls = sendmmsg_calls(write, copies);
     let started = Instant::now();
     let mut error = None;
     while started.elapsed() < SEND_FOR {
@@ -133,13 +218,22 @@ fn blast(method: Method, datagram: usize) -> io::Result<Option<(u64, f64)>> {
             Method::SendTo => tx.send_to(&payload, dst).map(|_| ()),
             Method::Sendmmsg => batch_sys::send_batch(&tx, &list).map(|_| ()),
             Method::Gso => tx.send_to(&gso_buf, dst).map(|_| ()),
+            Method::WriteDatagrams => write_calls.iter().try_for_each(|(start, runs)| {
+                batch_sys::send_runs(&tx, &write_list[*start..], runs).map(|_| ())
+            }),
         };
         match r {
             Ok(()) => {}
             Err(e)
                 if e.raw_os_error() == Some(libc::ENOBUFS)
                     || e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) if method == Method::Gso && e.raw_os_error() == Some(libc::EIO) => {
+            Err(e)
+                if method.uses_gso()
+                    && matches!(
+                        e.raw_os_error(),
+                        Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP)
+                    ) =>
+            {
                 // GSO refused by the device path: fall back (report it as unavailable).
                 error = Some(None);
                 break;
@@ -257,11 +351,30 @@ pub fn measure(s: &Settings, size: usize) -> io::Result<Baseline> {
         datagram_bytes: datagram,
         ..Baseline::default()
     };
-    for method in [Method::SendTo, Method::Sendmmsg, Method::Gso] {
-        match blast(method, datagram)? {
-            Some((count, secs)) if secs > 0.0 => {
-                let mbs = count as f64 * payload as f64 / secs / 1e6;
-                let mpps = count as f64 / secs / 1e6;
+    let write = write_datagrams(size, s.mtu as usize);
+    let write_wire: usize = write.iter().sum();
+    for method in [
+        Method::SendTo,
+        Method::Sendmmsg,
+        Method::Gso,
+        Method::WriteDatagrams,
+    ] {
+        match blast(method, datagram, &write)? {
+            Some(r) if r.secs > 0.0 => {
+                // Goodput: the message bytes the datagrams carried.
+                let goodput = if method == Method::WriteDatagrams {
+                    r.bytes as f64 * size as f64 / write_wire as f64
+                } else {
+                    r.datagrams as f64 * payload as f64
+                };
+                let mbs = goodput / r.secs / 1e6;
+                let mpps = r.datagrams as f64 / r.secs / 1e6;
+                if method == Method::WriteDatagrams {
+                    // A reference, not the baseline: its datagrams are what RoCE imposes.
+                    b.write_datagrams_mbs = mbs;
+                    b.methods.push((method.name().to_string(), mbs, mpps));
+                    continue;
+                }
                 if mbs > b.bw_mbs {
                     b.bw_mbs = mbs;
                     b.bw_method = method.name().to_string();
@@ -280,4 +393,44 @@ pub fn measure(s: &Settings, size: usize) -> io::Result<Baseline> {
     b.half_rtt_spin_us = ping_pong(datagram, Wait::Spin)?;
     b.half_rtt_us = b.half_rtt_block_us.min(b.half_rtt_spin_us);
     Ok(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_puts_its_reth_on_the_first_packet_and_pads_the_last() {
+        assert_eq!(write_datagrams(65536, 4096), {
+            let mut v = vec![4096 + 16 + 16];
+            v.extend([4096 + 16; 15]);
+            v
+        });
+        assert_eq!(write_datagrams(64, 4096), vec![64 + 32]);
+        assert_eq!(write_datagrams(5000, 4096), vec![4096 + 32, 904 + 16]);
+        assert_eq!(write_datagrams(4099, 4096), vec![4096 + 32, 4 + 16]);
+        assert_eq!(write_datagrams(0, 1024), vec![4 + 32]);
+    }
+
+    #[test]
+    fn the_first_packet_of_each_message_leaves_alone_and_the_rest_in_gso_runs() {
+        let write = write_datagrams(65536, 4096);
+        assert_eq!(sendmmsg_calls(&write, 1), vec![(0, vec![1, 15])]);
+        // 16 messages fill one call of 256 datagrams; a 17th starts the next.
+        let calls = sendmmsg_calls(&write, 17);
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0].1, [1, 15].repeat(16));
+        assert_eq!(calls[1], (256, vec![1, 15]));
+        // 1 MiB at 4096: 15 runs of 15 packets after the first, then the rest.
+        let big = write_datagrams(1 << 20, 4096);
+        let calls = sendmmsg_calls(&big, 1);
+        let runs: Vec<usize> = calls.iter().flat_map(|(_, r)| r.clone()).collect();
+        assert_eq!(runs.iter().sum::<usize>(), 256);
+        assert_eq!(runs[0], 1);
+        assert!(runs[1..].iter().all(|&r| r <= 15));
+        // Small messages: one datagram each, 64 entries per call.
+        let calls = sendmmsg_calls(&write_datagrams(64, 4096), 256);
+        assert_eq!(calls.len(), 4);
+        assert!(calls.iter().all(|(_, r)| r == &[1; 64]));
+    }
 }
