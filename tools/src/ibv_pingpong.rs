@@ -358,7 +358,8 @@ pub fn run(cfg: &IbvPingpongConfig, role: IbvRole) -> VerbsResult<IbvPingpongRep
     let is_client = matches!(role, IbvRole::Client(_));
     let (remote, ah) = match role {
         IbvRole::Server(listener) => {
-            let (mut stream, _) = accept(&listener, cfg.wait)?;
+            let (mut stream, _) = crate::tcp_accept::accept_within(&listener, cfg.wait)
+                .map_err(|e| io_err("waiting for the client", e))?;
             stream
                 .set_read_timeout(Some(cfg.wait))
                 .map_err(|e| io_err("timeout", e))?;
@@ -525,26 +526,6 @@ fn read_lines(stream: &mut TcpStream, count: usize) -> VerbsResult<Vec<RcEndpoin
             decode_dest(&msg)
         })
         .collect()
-}
-
-fn accept(listener: &TcpListener, wait: Duration) -> VerbsResult<(TcpStream, SocketAddr)> {
-    // Non-blocking accept in a bounded loop: a peer that never comes is an error, not a hang.
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| io_err("listener", e))?;
-    let deadline = Instant::now() + wait;
-    loop {
-        match listener.accept() {
-            Ok((s, a)) => {
-                s.set_nonblocking(false).map_err(|e| io_err("accept", e))?;
-                return Ok((s, a));
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => return Err(io_err("waiting for the client", e)),
-        }
-    }
 }
 
 /// Connects, sends our address lines, reads as many of the server's, says done. A

@@ -15,6 +15,7 @@ mod pingpong;
 mod rc_pair;
 mod rxe_lab;
 mod sim;
+mod tcp_accept;
 
 /// softverbs: a pure-Rust RDMA verbs stack with a user-space soft-RoCE engine.
 #[derive(Parser)]

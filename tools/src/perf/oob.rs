@@ -60,25 +60,9 @@ pub fn listen(addr: SocketAddr) -> VerbsResult<TcpListener> {
 
 /// Waits for one client on `listener`.
 pub fn accept(listener: &TcpListener) -> VerbsResult<PerftestComm> {
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| io("accept", e))?;
-    let deadline = Instant::now() + CONNECT_WAIT;
-    loop {
-        match listener.accept() {
-            Ok((stream, _)) => return wrap(stream, false),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() > deadline {
-                    return Err(VerbsError::Io {
-                        errno: 110,
-                        message: format!("no client within {CONNECT_WAIT:?}"),
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => return Err(io("accept", e)),
-        }
-    }
+    let (stream, _) = crate::tcp_accept::accept_within(listener, CONNECT_WAIT)
+        .map_err(|e| io("waiting for the client", e))?;
+    wrap(stream, false)
 }
 
 /// Connects to a server, retrying while it is not up yet.

@@ -128,18 +128,8 @@ fn accept_server(
     mtu: u32,
     keys: &PerftestKeys,
 ) -> Result<(PerftestComm, crate::perftest_oob::PerftestPeer), String> {
-    listener.set_nonblocking(true).map_err(|x| x.to_string())?;
-    let deadline = Instant::now() + WAIT;
-    let stream = loop {
-        match listener.accept() {
-            Ok((s, _)) => break s,
-            Err(x) if x.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(20))
-            }
-            Err(x) => return Err(format!("waiting for perftest to connect: {x}")),
-        }
-    };
-    stream.set_nonblocking(false).map_err(|x| x.to_string())?;
+    let (stream, _) = crate::tcp_accept::accept_within(listener, WAIT)
+        .map_err(|x| format!("waiting for perftest to connect: {x}"))?;
     stream
         .set_read_timeout(Some(WAIT))
         .map_err(|x| x.to_string())?;
