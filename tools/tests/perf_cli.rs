@@ -124,10 +124,35 @@ fn a_size_sweep_reports_every_size() {
     }
 }
 
-/// Runs `softverbs perf` as a server and a client in two processes on devices of their own
-/// (`devices`: `srv=IP,cli=IP`, so that the loopback tests running meanwhile keep theirs),
-/// both running `test` with `args` plus `--json`, the client also with `client_args`;
-/// returns both outputs after checking that both exited 0.
+/// Runs `softverbs perf TEST` as a server (with `server_args`) and a client (with
+/// `client_args`) in two processes on devices of their own (`devices`: `srv=IP,cli=IP`, so
+/// that the loopback tests running meanwhile keep theirs); both outputs, client first.
+fn run_pair(
+    port: &str,
+    devices: &str,
+    test: &str,
+    server_args: &[&str],
+    client_args: &[&str],
+) -> (Output, Output) {
+    let server = Command::new(BIN)
+        .env("SOFTVERBS_DEVICES", devices)
+        .args(["perf", test, "-d", "srv", "-p", port])
+        .args(server_args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("server");
+    let client = Command::new(BIN)
+        .env("SOFTVERBS_DEVICES", devices)
+        .args(["perf", test, "127.0.0.1", "-d", "cli", "-p", port])
+        .args(client_args)
+        .output()
+        .expect("client");
+    (client, server.wait_with_output().expect("server output"))
+}
+
+/// [`run_pair`] with `args` plus `--json` on both sides, the client also with
+/// `client_args`; both outputs as text after checking that both exited 0.
 fn two_processes(
     port: &str,
     devices: &str,
@@ -135,22 +160,9 @@ fn two_processes(
     args: &[&str],
     client_args: &[&str],
 ) -> (String, String) {
-    let server = Command::new(BIN)
-        .env("SOFTVERBS_DEVICES", devices)
-        .args(["perf", test, "-d", "srv", "-p", port, "--json"])
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("server");
-    let client = Command::new(BIN)
-        .env("SOFTVERBS_DEVICES", devices)
-        .args(["perf", test, "127.0.0.1", "-d", "cli", "-p", port, "--json"])
-        .args(args)
-        .args(client_args)
-        .output()
-        .expect("client");
-    let server = server.wait_with_output().expect("server output");
+    let server_args = [args, &["--json"]].concat();
+    let client_args = [args, &["--json"], client_args].concat();
+    let (client, server) = run_pair(port, devices, test, &server_args, &client_args);
     let (c, s) = (text(&client), text(&server));
     assert!(client.status.success(), "client: {c}\nserver: {s}");
     assert!(server.status.success(), "server: {s}\nclient: {c}");
@@ -171,6 +183,41 @@ fn two_processes_over_the_side_channel() {
     // The server counted 50 receives and verified the last message's 65536 bytes.
     assert_eq!(field(&s, "handled"), 50.0, "{s}");
     assert_eq!(field(&s, "verified_bytes"), 65536.0, "{s}");
+}
+
+/// WRITE ping-pong past 256 round trips (the one-byte tags wrap through 0, as perftest's)
+/// between two processes: the server writes first and counts to its own -n.
+#[test]
+fn write_lat_between_two_processes_counts_every_round_trip() {
+    let (c, s) = two_processes(
+        "18744",
+        "srv=127.0.0.45,cli=127.0.0.46",
+        "write_lat",
+        &["-n", "300", "-s", "64"],
+        &[],
+    );
+    assert_eq!(field(&c, "iterations"), 300.0, "{c}");
+    assert_eq!(field(&s, "handled"), 300.0, "{s}");
+}
+
+/// Tests without a report after them (send_bw, as perftest's) leave the count to each
+/// side's -n: a server expecting more than the client sends says so, instead of passing.
+#[test]
+fn a_send_bw_server_counts_to_its_own_iterations() {
+    let (client, server) = run_pair(
+        "18745",
+        "srv=127.0.0.47,cli=127.0.0.48",
+        "send_bw",
+        &["-n", "50"],
+        &["-n", "30"],
+    );
+    let s = text(&server);
+    assert_eq!(server.status.code(), Some(1), "server: {s}");
+    assert!(
+        s.contains("receives completed: 30, expected 50"),
+        "server: {s}\nclient: {}",
+        text(&client)
+    );
 }
 
 /// `--no-verify` (for a peer that is real perftest, whose buffer holds its own bytes) skips
@@ -218,6 +265,9 @@ fn udp_baseline_measures_every_method_and_the_ping_pong() {
     assert!(o.status.success(), "{out}");
     assert_eq!(field(&out, "datagram_bytes"), 1024.0 + 16.0, "{out}");
     assert!(out.contains("sendmmsg"), "{out}");
+    // The datagrams of a 1024-byte WRITE: one of 1024 + BTH + RETH + ICRC.
+    assert!(out.contains("WRITE datagrams"), "{out}");
+    assert!(field(&out, "write_datagrams_mbs") > 0.0, "{out}");
     assert!(field(&out, "half_rtt_us") > 0.0, "{out}");
 }
 

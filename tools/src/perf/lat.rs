@@ -23,9 +23,11 @@ fn io(message: String) -> VerbsError {
     VerbsError::Io { errno: 5, message }
 }
 
-/// The tag of round trip `i`: never 0 (the cleared buffer) and different from the last.
+/// The last byte of the WRITE of round trip `i` (from 0): perftest's `(char)k` for the
+/// k-th WRITE, k from 1; it differs from the last tag, and from the cleared buffer's 0
+/// until round trip 255.
 fn tag(i: u64) -> u8 {
-    (i % 255) as u8 + 1
+    (i + 1) as u8
 }
 
 /// Reaps send completions (checking them) and returns the receive completions seen.
@@ -90,6 +92,8 @@ struct Pinger<'a> {
     base_flags: SendFlags,
     /// Kept across round trips: it learns how long they take.
     backoff: Backoff,
+    /// What the first FETCH_AND_ADD returned.
+    first_old: Option<u64>,
 }
 
 /// Whether message `n` of a WRITE or SEND ping-pong side is signaled: one in
@@ -126,19 +130,20 @@ impl Pinger<'_> {
         let started = Instant::now();
         match self.verb {
             Verb::Write => {
+                // As ib_write_lat's client: wait for the server's k-th WRITE, answer it.
                 let t = tag(i);
-                self.side
-                    .mr
-                    .write(self.side.src_off + self.size - 1, &[t])?;
-                self.post(i, signaled(i))?;
                 while last_byte(self.side, self.size)? != t {
                     let mut r = 0;
                     reap(self.side, &mut self.wcs, &mut r, self.size)?;
                     self.backoff.idle();
                     if started.elapsed() > STUCK {
-                        return Err(io(format!("no WRITE back for round trip {i}")));
+                        return Err(io(format!("no WRITE from the server for round trip {i}")));
                     }
                 }
+                self.side
+                    .mr
+                    .write(self.side.src_off + self.size - 1, &[t])?;
+                self.post(i, signaled(i))?;
             }
             Verb::Send => {
                 let want = self.recvs + 1;
@@ -176,12 +181,16 @@ impl Pinger<'_> {
                     }
                 }
                 if self.verb == Verb::Atomic {
-                    // FETCH_AND_ADD returns the counter before the add: i on the i-th one.
+                    // FETCH_AND_ADD returns the counter before the add: one more each time,
+                    // from whatever the server's buffer held (perftest's is random).
                     let mut b = [0u8; 8];
                     self.side.mr.read(self.side.src_off, &mut b)?;
                     let old = u64::from_ne_bytes(b);
-                    if old != i {
-                        return Err(io(format!("FETCH_AND_ADD {i} returned {old}")));
+                    let first = *self.first_old.get_or_insert(old);
+                    if old != first.wrapping_add(i) {
+                        return Err(io(format!(
+                            "FETCH_AND_ADD {i} returned {old}, the first returned {first}"
+                        )));
                     }
                 }
             }
@@ -211,6 +220,7 @@ pub fn client(
         wcs: vec![WorkCompletion::default(); 16],
         recvs: 0,
         backoff: Backoff::new(&side.ctx),
+        first_old: None,
     };
     let cap = s.iters.min(1 << 26) as usize;
     let mut samples: Vec<u64> =
@@ -249,32 +259,50 @@ pub fn client(
     Ok(result)
 }
 
-/// The server side of a WRITE ping-pong: answers each tag seen in its buffer with the same
-/// tag, until the client reaches the next side-channel exchange; returns the answers.
-pub fn server_write(side: &Side, size: usize, comm: &PerftestComm) -> VerbsResult<u64> {
-    let wr = template_back(side, Verb::Write, size, comm)?;
-    let mut wr = wr;
+/// The server side of a WRITE ping-pong, as ib_write_lat's server: it writes first, then
+/// waits for the client's answer, `-n` times (under `-D`, until the client reaches its next
+/// side-channel exchange); returns the round trips done.
+pub fn server_write(
+    side: &Side,
+    s: &Settings,
+    size: usize,
+    comm: &PerftestComm,
+) -> VerbsResult<u64> {
+    let mut wr = template_back(side, Verb::Write, size, comm)?;
     let base = wr.send_flags;
     let mut wcs = vec![WorkCompletion::default(); 16];
-    let mut i = 0u64;
     let mut backoff = Backoff::new(&side.ctx);
     let mut watch = PeerWatch::new();
-    loop {
+    let count = s.duration.is_none().then_some(s.iters);
+    let mut i = 0u64;
+    while count.is_none_or(|n| i < n) {
         let t = tag(i);
-        if last_byte(side, size)? == t {
-            side.mr.write(side.src_off + size - 1, &[t])?;
-            post_nth(side, &mut wr, base, i, signaled(i))?;
-            i += 1;
-            backoff.reset();
-            continue;
+        side.mr.write(side.src_off + size - 1, &[t])?;
+        post_nth(side, &mut wr, base, i, signaled(i))?;
+        let started = Instant::now();
+        while last_byte(side, size)? != t {
+            let mut r = 0;
+            reap(side, &mut wcs, &mut r, size)?;
+            // Under -D the client stops when it likes; with a count, a client that went
+            // on to its next exchange has stopped early.
+            if watch.check(comm)? == Some(true) {
+                return Ok(i);
+            }
+            if count.is_some() && started.elapsed() > STUCK {
+                return Err(io(format!("no WRITE from the client for round trip {i}")));
+            }
+            backoff.idle();
         }
-        let mut r = 0;
-        reap(side, &mut wcs, &mut r, size)?;
-        if watch.check(comm)? == Some(true) {
-            return Ok(i);
-        }
-        backoff.idle();
+        backoff.reset();
+        i += 1;
     }
+    // Reap the signaled WRITEs still in flight so the next size starts clean.
+    let mut r = 0;
+    let quiet = Instant::now();
+    while quiet.elapsed() < Duration::from_millis(2) {
+        reap(side, &mut wcs, &mut r, size)?;
+    }
+    Ok(i)
 }
 
 /// The server side of a SEND ping-pong: answers each receive with a SEND, until the client
@@ -321,4 +349,19 @@ fn template_back(
         .first()
         .ok_or_else(|| VerbsError::inval("not connected"))?;
     template(side, verb, size, size <= side.inline_size as usize, peer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tag;
+
+    #[test]
+    fn write_tags_are_perftests_char_of_the_write_number() {
+        // ib_write_lat writes (char)k as the last byte of its k-th WRITE, k from 1.
+        assert_eq!(tag(0), 1);
+        assert_eq!(tag(254), 255);
+        assert_eq!(tag(255), 0);
+        assert_eq!(tag(256), 1);
+        assert!((0..1000).all(|i| tag(i) != tag(i + 1)));
+    }
 }

@@ -11,6 +11,7 @@ mod oob;
 mod progress;
 mod report;
 mod run;
+mod sequence;
 mod setup;
 mod udp_baseline;
 

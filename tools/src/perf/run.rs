@@ -1,10 +1,8 @@
 //! One `softverbs perf` command from start to end: which devices, which side does what per
 //! size, the side-channel sequence, and the printing of results.
 //!
-//! Side-channel sequence (both sides, perftest's order for its bandwidth tests): setup and
-//! keys of every QP; barrier "connected"; per size: barrier "ready", the test, barrier
-//! "finished", the client's report (size, iterations and three figures); at the end the
-//! closing barrier and "done".
+//! Side-channel sequence: perftest's own for each test ([`super::sequence`]), per size of a
+//! sweep.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::OnceLock;
@@ -13,6 +11,7 @@ use softverbs::{ChannelNetwork, DeviceConfig, LinkConfig, Mtu, VerbsError, Verbs
 
 use super::args::{LinkKind, Role, Settings, TestKind, Verb};
 use super::report::{self, Baseline, BwResult, LatResult};
+use super::sequence::{Ending, Sequence};
 use super::setup::Side;
 use super::{bw, lat, oob, udp_baseline};
 use crate::perftest_oob::{mtu_enum, PerftestComm};
@@ -29,8 +28,11 @@ pub enum Row {
 /// What the server saw for one size.
 #[derive(Debug, Clone, Default)]
 pub struct ServerRow {
-    /// The client's report: size, iterations and three figures.
-    pub report: (u64, u64, f64, f64, f64),
+    /// The message size.
+    pub size: usize,
+    /// The client's report, for the tests that have one: size, iterations and three
+    /// figures.
+    pub report: Option<(u64, u64, f64, f64, f64)>,
     /// Bytes the server verified.
     pub verified_bytes: u64,
     /// Messages the server received or answered.
@@ -144,8 +146,17 @@ pub fn run(s: &Settings) -> VerbsResult<()> {
             let served = server
                 .join()
                 .map_err(|_| VerbsError::inval("the server thread panicked"))?;
-            let (rows, connected) = client?;
-            let served = served?;
+            // When both fail, either may have caused the other's failure: say both.
+            let (rows, connected, served) = match (client, served) {
+                (Ok((rows, connected)), Ok(served)) => (rows, connected, served),
+                (Err(c), Err(sv)) => {
+                    return Err(VerbsError::Io {
+                        errno: c.errno(),
+                        message: format!("client: {c}; server: {sv}"),
+                    })
+                }
+                (Err(e), _) | (_, Err(e)) => return Err(e),
+            };
             let memory = Memory { before, connected };
             let baselines = if s.baseline {
                 baselines(s)?
@@ -189,80 +200,112 @@ fn connect_side(s: &Settings, device: &str, comm: &mut PerftestComm) -> VerbsRes
     Ok(side)
 }
 
+/// The count the server checks against: the client's report where the test has one,
+/// else `-n` per QP (which perftest too requires both sides to share); `None` under `-D`
+/// without a report, where the server cannot know it.
+fn expected_count(s: &Settings, report: Option<(u64, u64, f64, f64, f64)>) -> Option<u64> {
+    match report {
+        Some(r) => Some(r.1),
+        None if s.duration.is_none() => Some(s.iters * u64::from(s.qps)),
+        None => None,
+    }
+}
+
+/// EIO unless `got` is `expected` (when known).
+fn check_count(got: u64, expected: Option<u64>, what: &str) -> VerbsResult<()> {
+    match expected {
+        Some(n) if n != got => Err(VerbsError::Io {
+            errno: 5,
+            message: format!("{what}: {got}, expected {n}"),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// The server: lends its buffer and QPs, answers ping-pongs, counts receives, verifies.
 fn serve(s: &Settings, device: &str, mut comm: PerftestComm) -> VerbsResult<Vec<ServerRow>> {
     let verb = s.test.verb().ok_or_else(|| VerbsError::inval("no verb"))?;
+    let seq = Sequence::of(s.test);
     let side = connect_side(s, device, &mut comm)?;
     let me = side.keys()?[0];
     let mut rows = Vec::new();
     for &size in &s.sizes {
         bw::prepare_server(&side, verb, size)?;
         comm.barrier(&me, "ready")?;
+        if seq.second_barrier {
+            comm.barrier(&me, "go")?;
+        }
         let handled = match s.test {
             TestKind::SendBw => bw::server_recv(&side, size, &comm)?,
-            TestKind::WriteLat => lat::server_write(&side, size, &comm)?,
+            TestKind::WriteLat => lat::server_write(&side, s, size, &comm)?,
             TestKind::SendLat => lat::server_send(&side, size, &comm)?,
             _ => 0,
         };
-        comm.barrier(&me, "finished")?;
-        let report = comm.xchg_report(size as u64, handled, 0.0, 0.0, 0.0)?;
-        let iterations = report.1;
+        let report = if seq.report {
+            comm.barrier(&me, "finished")?;
+            Some(comm.xchg_report(size as u64, handled, 0.0, 0.0, 0.0)?)
+        } else {
+            None
+        };
+        let expected = expected_count(s, report);
         let verified_bytes = match s.test {
             _ if s.no_verify => 0,
             TestKind::WriteBw => bw::verify_pattern(&side, 0, size)?,
             TestKind::SendBw => {
-                if handled != iterations {
-                    return Err(VerbsError::Io {
-                        errno: 5,
-                        message: format!(
-                            "{handled} receives completed, the client completed {iterations} sends"
-                        ),
-                    });
-                }
+                check_count(handled, expected, "receives completed")?;
                 bw::verify_pattern(&side, 0, size)?
             }
             TestKind::AtomicBw => {
                 let counter = bw::read_counter(&side)?;
-                if counter != iterations {
-                    return Err(VerbsError::Io {
-                        errno: 5,
-                        message: format!(
-                            "the counter is {counter} after {iterations} FETCH_AND_ADDs of 1"
-                        ),
-                    });
-                }
-                8 * iterations
+                check_count(counter, expected, "the counter after FETCH_AND_ADDs of 1")?;
+                8 * counter
             }
-            TestKind::AtomicLat => {
-                let counter = bw::read_counter(&side)?;
-                if counter != iterations {
-                    return Err(VerbsError::Io {
-                        errno: 5,
-                        message: format!("the counter is {counter} after {iterations} adds"),
-                    });
+            TestKind::SendLat => {
+                check_count(handled, expected, "SENDs answered")?;
+                if size > 0 {
+                    bw::verify_pattern(&side, 0, size)?
+                } else {
+                    0
                 }
-                8
             }
-            TestKind::SendLat if size > 0 => bw::verify_pattern(&side, 0, size)?,
+            TestKind::WriteLat => {
+                check_count(handled, expected, "WRITEs answered")?;
+                0
+            }
             _ => 0,
         };
         rows.push(ServerRow {
+            size,
             report,
             verified_bytes,
             handled,
         });
     }
-    comm.close(&me)?;
+    match seq.ending {
+        Ending::Close => comm.close(&me)?,
+        Ending::Hangup => drop(comm),
+    }
+    // The client of atomic_lat adds after the server's last exchange before its test: the
+    // counter is final once the client closed.
+    if s.test == TestKind::AtomicLat && !s.no_verify {
+        let counter = bw::read_counter(&side)?;
+        check_count(counter, expected_count(s, None), "the counter after adds")?;
+        if let Some(row) = rows.last_mut() {
+            row.handled = counter;
+            row.verified_bytes = 8;
+        }
+    }
     Ok(rows)
 }
 
-/// The client: runs each size and reports it to the server.
+/// The client: runs each size and, where the test has one, reports it to the server.
 fn drive(
     s: &Settings,
     device: &str,
     mut comm: PerftestComm,
 ) -> VerbsResult<(Vec<Row>, Option<u64>)> {
     let verb = s.test.verb().ok_or_else(|| VerbsError::inval("no verb"))?;
+    let seq = Sequence::of(s.test);
     let side = connect_side(s, device, &mut comm)?;
     // Both sides are connected (the barrier is behind us) and idle: what they hold now.
     let rss_connected = rss_bytes();
@@ -272,27 +315,35 @@ fn drive(
     for &size in &s.sizes {
         bw::prepare_client(&side, verb, size)?;
         comm.barrier(&me, "ready")?;
+        if seq.second_barrier {
+            comm.barrier(&me, "go")?;
+        }
         let row = if s.test.is_latency() {
             Row::Lat(lat::client(&side, s, size, &peer)?)
         } else {
             Row::Bw(bw::client(&side, s, size, &peer)?)
         };
-        comm.barrier(&me, "finished")?;
-        match &row {
-            Row::Bw(r) => comm.xchg_report(
-                size as u64,
-                r.iterations,
-                r.peak_mbs,
-                r.avg_mbs,
-                r.msg_rate_mpps,
-            )?,
-            Row::Lat(r) => {
-                comm.xchg_report(size as u64, r.iterations, r.min_us, r.median_us, r.avg_us)?
-            }
-        };
+        if seq.report {
+            comm.barrier(&me, "finished")?;
+            match &row {
+                Row::Bw(r) => comm.xchg_report(
+                    size as u64,
+                    r.iterations,
+                    r.peak_mbs,
+                    r.avg_mbs,
+                    r.msg_rate_mpps,
+                )?,
+                Row::Lat(r) => {
+                    comm.xchg_report(size as u64, r.iterations, r.min_us, r.median_us, r.avg_us)?
+                }
+            };
+        }
         rows.push(row);
     }
-    comm.close(&me)?;
+    match seq.ending {
+        Ending::Close => comm.close(&me)?,
+        Ending::Hangup => drop(comm),
+    }
     Ok((rows, rss_connected))
 }
 
@@ -515,14 +566,19 @@ fn print_server(s: &Settings, device: &str, rows: &[ServerRow]) {
         let items: Vec<String> = rows
             .iter()
             .map(|r| {
+                let figures = r.report.map_or("null".to_string(), |p| {
+                    format!(
+                        "[{},{},{}]",
+                        report::json_num(p.2),
+                        report::json_num(p.3),
+                        report::json_num(p.4)
+                    )
+                });
                 format!(
-                    "{{\"bytes\":{},\"iterations\":{},\"peer_figures\":[{},{},{}],\
+                    "{{\"bytes\":{},\"iterations\":{},\"peer_figures\":{figures},\
                      \"handled\":{},\"verified_bytes\":{}}}",
-                    r.report.0,
-                    r.report.1,
-                    report::json_num(r.report.2),
-                    report::json_num(r.report.3),
-                    report::json_num(r.report.4),
+                    r.size,
+                    r.report.map_or("null".to_string(), |p| p.1.to_string()),
                     r.handled,
                     r.verified_bytes
                 )
@@ -537,18 +593,16 @@ fn print_server(s: &Settings, device: &str, rows: &[ServerRow]) {
         return;
     }
     println!("{}", header(s, device, "udp"));
-    println!("    the client's figures:");
     for r in rows {
-        if s.test.is_latency() {
-            println!(
-                " {:>10} {:>12} t_min {:.2} us, t_typical {:.2} us, t_avg {:.2} us; verified {} bytes",
-                r.report.0, r.report.1, r.report.2, r.report.3, r.report.4, r.verified_bytes
-            );
-        } else {
-            println!(
-                " {:>10} {:>12} peak {:.2} MB/s, average {:.2} MB/s, {:.6} Mpps; verified {} bytes",
-                r.report.0, r.report.1, r.report.2, r.report.3, r.report.4, r.verified_bytes
-            );
+        match r.report {
+            Some(p) => println!(
+                " {:>10} {:>12} the client's figures: peak {:.2} MB/s, average {:.2} MB/s, {:.6} Mpps; verified {} bytes",
+                p.0, p.1, p.2, p.3, p.4, r.verified_bytes
+            ),
+            None => println!(
+                " {:>10} {:>12} messages received or answered here; verified {} bytes",
+                r.size, r.handled, r.verified_bytes
+            ),
         }
     }
 }

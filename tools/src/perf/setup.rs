@@ -8,7 +8,7 @@ use softverbs::{
 };
 
 use super::args::{Settings, Verb};
-use crate::perftest_oob::PerftestKeys;
+use crate::perftest_oob::{PerftestKeys, CYCLE_BUFFER};
 
 /// The device's CQ limit (max_cqe).
 const MAX_CQE: u64 = 0x1_0000;
@@ -69,7 +69,10 @@ impl Side {
         let cqe = (s.qps as u64 * (signaled_per_qp + rx as u64)).clamp(16, MAX_CQE) as u32;
         let cq = ctx.create_cq(cqe)?;
         let max_size = s.sizes.iter().copied().max().unwrap_or(0);
-        let src_off = max_size.max(8).next_multiple_of(64);
+        // The part lent to the peer is at least perftest's cycle buffer (the page size it
+        // announces): its clients walk their remote address through it (64 bytes per
+        // atomic, a message per small WRITE or READ).
+        let src_off = max_size.max(CYCLE_BUFFER).next_multiple_of(64);
         let buffer = RdmaBuffer::new(2 * src_off)
             .ok_or_else(|| VerbsError::nomem(format!("a {}-byte buffer", 2 * src_off)))?;
         let access = AccessFlags::LOCAL_WRITE

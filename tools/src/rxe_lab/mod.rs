@@ -121,7 +121,7 @@ enum CaseKind {
     Error(ErrorCase),
     Pingpong(IbvKind, usize),
     Perftest(PerftestBw),
-    Perf(PerftestBw),
+    Perf(perf_cases::PerfTest),
 }
 
 fn plan(args: &RunArgs) -> Vec<Case> {
@@ -180,7 +180,7 @@ fn plan(args: &RunArgs) -> Vec<Case> {
             }
             for kind in perf_cases::KINDS {
                 cases.push(Case {
-                    scenario: format!("softverbs perf vs {}", kind.program()),
+                    scenario: format!("softverbs perf vs {}", kind.program),
                     direction,
                     mtu,
                     kind: CaseKind::Perf(kind),

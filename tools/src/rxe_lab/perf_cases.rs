@@ -1,9 +1,9 @@
 //! `softverbs perf` itself (this binary's CLI, in a child process) against unmodified
-//! perftest in the guest: ib_write_bw and ib_read_bw, softverbs as the client and as the
-//! server. It proves what the perf tool claims, that its side channel is perftest's for these
-//! tests. Both sides run `--no-verify` where the data is perftest's own (a softverbs server's
-//! buffer after perftest's WRITEs, a softverbs client's buffer after READs of perftest's);
-//! every completion is still checked, and both programs must exit 0 with matching reports.
+//! perftest in the guest, every test whose verbs rxe has: softverbs as the client and as
+//! the server. It proves what the perf tool claims, that its side channel and data path are
+//! perftest's. Both sides run `--no-verify` where the data is perftest's own (perftest fills
+//! its buffers with random bytes); every completion is still checked, both programs must
+//! exit 0, and every report printed must name the run's size and count.
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
@@ -12,16 +12,54 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::lab_env::{wait_exit, LabEnv};
-use super::perftest_cases::{report_fields, PerftestBw};
+use super::perftest_cases::report_fields;
 use super::verb_cases::Direction;
 use crate::ibv_oob::IBV_PINGPONG_PORT;
 
-/// The tests run: those whose side-channel sequence `softverbs perf` shares with perftest.
-pub const KINDS: [PerftestBw; 2] = [PerftestBw::Write, PerftestBw::Read];
+/// One `softverbs perf` test and the perftest program of the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PerfTest {
+    /// The `softverbs perf` test.
+    pub test: &'static str,
+    /// perftest's program.
+    pub program: &'static str,
+    /// Message size of the run.
+    pub size: usize,
+    /// Messages (round trips) of the run.
+    pub iters: u64,
+}
 
-/// Message size and count of each run.
-const SIZE: usize = 65536;
-const ITERS: u64 = 100;
+impl PerfTest {
+    const fn new(test: &'static str, program: &'static str, size: usize) -> PerfTest {
+        // The latency tests go past 256 round trips, so that ib_write_lat's one-byte tags
+        // wrap through 0; 100 x 64 KiB is plenty for the bandwidth tests under TCG.
+        let latency = matches!(program.as_bytes(), [.., b'l', b'a', b't']);
+        PerfTest {
+            test,
+            program,
+            size,
+            iters: if latency { 300 } else { 100 },
+        }
+    }
+
+    /// Whether a server of this test prints a line with the size and the count: all but
+    /// those of READ and atomic latency, whose server only waits for the client.
+    fn server_reports(self) -> bool {
+        !matches!(self.test, "read_lat" | "atomic_lat")
+    }
+}
+
+/// The tests run.
+pub const KINDS: [PerfTest; 8] = [
+    PerfTest::new("write_bw", "ib_write_bw", 65536),
+    PerfTest::new("read_bw", "ib_read_bw", 65536),
+    PerfTest::new("send_bw", "ib_send_bw", 65536),
+    PerfTest::new("atomic_bw", "ib_atomic_bw", 8),
+    PerfTest::new("write_lat", "ib_write_lat", 64),
+    PerfTest::new("send_lat", "ib_send_lat", 64),
+    PerfTest::new("read_lat", "ib_read_lat", 64),
+    PerfTest::new("atomic_lat", "ib_atomic_lat", 8),
+];
 /// Longest wait for either program.
 const WAIT: Duration = Duration::from_secs(120);
 /// perftest in the guest is killed after this long whatever happens.
@@ -109,21 +147,22 @@ fn free_port() -> Result<u16, String> {
 pub fn run(
     env: &LabEnv,
     device: &str,
-    kind: PerftestBw,
+    kind: PerfTest,
     dir: Direction,
     mtu: u32,
 ) -> Result<String, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let port = free_port()?;
+    let (size, iters) = (kind.size, kind.iters);
     let perftest = format!(
-        "timeout {GUEST_LIFETIME_S} {} -d rxe0 -x 1 -F -m {mtu} -s {SIZE} -n {ITERS} -p {IBV_PINGPONG_PORT}",
-        kind.program()
+        "timeout {GUEST_LIFETIME_S} {} -d rxe0 -x 1 -F -m {mtu} -s {size} -n {iters} -p {IBV_PINGPONG_PORT}",
+        kind.program
     );
     let mut perf = Command::new(exe);
     perf.env(softverbs_emu::engine::DEVICES_ENV, env.device_spec(device))
-        .args(["perf", kind.perf_test()])
+        .args(["perf", kind.test])
         .args(["-d", device, "-p", &port.to_string()])
-        .args(["-s", &SIZE.to_string(), "-n", &ITERS.to_string()])
+        .args(["-s", &size.to_string(), "-n", &iters.to_string()])
         .args(["-m", &mtu.to_string(), "--no-verify"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -142,7 +181,7 @@ pub fn run(
         if !guest_out.wait_for(LISTENING, deadline) {
             let _ = guest.kill();
             let _ = guest.wait();
-            return Err(format!("{} did not start listening", kind.program()));
+            return Err(format!("{} did not start listening", kind.program));
         }
         let mut perf_child = perf
             .arg("127.0.0.1")
@@ -172,7 +211,7 @@ pub fn run(
         (guest, perf_child, guest_out, perf_out)
     };
     let perf_status = wait_exit(&mut perf_child, WAIT, "softverbs perf");
-    let guest_status = wait_exit(&mut guest, WAIT, kind.program());
+    let guest_status = wait_exit(&mut guest, WAIT, kind.program);
     let perf_lines = perf_out.all();
     let guest_lines = guest_out.all();
     let perf_status = perf_status?;
@@ -196,12 +235,11 @@ pub fn run(
     if !guest_status.success() {
         return Err(format!(
             "{} failed ({guest_status}): {}",
-            kind.program(),
+            kind.program,
             tail(&guest_lines)
         ));
     }
-    // A client posts the work and says its completions were all successful; a server
-    // (write_bw, read_bw) posts nothing and reports the client's figures.
+    // A client posts the work and says its completions were all successful.
     if is_client
         && !perf_lines
             .iter()
@@ -212,33 +250,36 @@ pub fn run(
             tail(&perf_lines)
         ));
     }
-    let theirs = report_fields(guest_lines.iter().map(String::as_str))
-        .ok_or_else(|| format!("{} printed no report", kind.program()))?;
-    // The size and iteration count both programs report must be the run's.
-    let (size, iters) = (SIZE.to_string(), ITERS.to_string());
+    // The size and the count every report names must be the run's.
+    let (size, iters) = (size.to_string(), iters.to_string());
     let expected = [size.as_str(), iters.as_str()];
-    if theirs.get(..2) != Some(&expected[..]) {
-        return Err(format!("{}'s report: {}", kind.program(), theirs.join(" ")));
-    }
-    let ours = if is_client {
-        report_fields(perf_lines.iter().map(String::as_str))
+    // perftest is the server when softverbs is the client.
+    let theirs = if !is_client || kind.server_reports() {
+        let fields = report_fields(guest_lines.iter().map(String::as_str))
+            .ok_or_else(|| format!("{} printed no report", kind.program))?;
+        if fields.get(..2) != Some(&expected[..]) {
+            return Err(format!("{}'s report: {}", kind.program, fields.join(" ")));
+        }
+        fields.join(" ")
     } else {
-        // The server prints the client's figures on the line after "the client's figures".
-        perf_lines
+        "none (its server only waits)".to_string()
+    };
+    if is_client || kind.server_reports() {
+        // A client's report, or the line of what a server received or answered (or of the
+        // client's figures), right after the header.
+        let ours = perf_lines
             .iter()
-            .skip_while(|l| !l.contains("the client's figures"))
-            .nth(1)
-            .map(|l| l.split_whitespace().collect())
-    }
-    .ok_or_else(|| format!("softverbs perf printed no report: {}", tail(&perf_lines)))?;
-    if ours.get(..2) != Some(&expected[..]) {
-        return Err(format!("softverbs perf's report: {}", ours.join(" ")));
+            .skip_while(|l| !l.starts_with("--- softverbs perf"))
+            .find(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .ok_or_else(|| format!("softverbs perf printed no report: {}", tail(&perf_lines)))?;
+        if ours.get(..2) != Some(&expected[..]) {
+            return Err(format!("softverbs perf's report: {}", ours.join(" ")));
+        }
     }
     let role = if is_client { "client" } else { "server" };
     Ok(format!(
-        "softverbs perf {} as {role}, {ITERS} x {SIZE} B, every completion checked; {}'s report: {}",
-        kind.perf_test(),
-        kind.program(),
-        theirs.join(" ")
+        "softverbs perf {} as {role}, {iters} x {size} B, every completion checked; {}'s report: {theirs}",
+        kind.test, kind.program,
     ))
 }

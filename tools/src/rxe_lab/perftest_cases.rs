@@ -41,15 +41,6 @@ impl PerftestBw {
             PerftestBw::Read => "ib_read_bw",
         }
     }
-
-    /// The `softverbs perf` test of the same name.
-    pub fn perf_test(self) -> &'static str {
-        match self {
-            PerftestBw::Send => "send_bw",
-            PerftestBw::Write => "write_bw",
-            PerftestBw::Read => "read_bw",
-        }
-    }
 }
 
 /// Message size and count of each run.
