@@ -102,10 +102,21 @@ pub struct PerftestPeer {
     pub version: String,
     /// Its cycle buffer (the larger one is used by both).
     pub cycle_buffer: u32,
-    /// Its MTU enum (1 = 256 .. 5 = 4096).
-    pub mtu_enum: u32,
+    /// Its MTU (checked to be one of `enum ibv_mtu`'s).
+    pub mtu: Mtu,
     /// Its QP.
     pub keys: PerftestKeys,
+}
+
+impl PerftestPeer {
+    /// The path MTU both sides use, as perftest: the smaller of `ours` and the peer's.
+    pub fn agreed_mtu(&self, ours: Mtu) -> Mtu {
+        if self.mtu.bytes() < ours.bytes() {
+            self.mtu
+        } else {
+            ours
+        }
+    }
 }
 
 /// The MTU enum of perftest's side channel (`enum ibv_mtu`: 1 = 256 .. 5 = 4096) for `mtu`
@@ -163,11 +174,20 @@ impl PerftestComm {
         self.xchg(&64u32.to_be_bytes(), 4, "cache line size")?;
         let mtu_text = [b'0' + mtu_enum as u8, 0];
         let peer_mtu = self.xchg(&mtu_text, 2, "MTU")?;
+        // perftest sends the enum as one decimal digit and a NUL.
+        let peer_mtu = Mtu::from_raw(u32::from(peer_mtu[0].wrapping_sub(b'0')))
+            .filter(|_| peer_mtu[1] == 0)
+            .ok_or_else(|| {
+                VerbsError::inval(format!(
+                    "perftest side channel: the peer's MTU {:?} is not an ibv_mtu (1..=5)",
+                    String::from_utf8_lossy(&peer_mtu)
+                ))
+            })?;
         let peer_keys = PerftestKeys::decode(&self.xchg(&keys.encode(), KEYS_LEN, "keys")?)?;
         Ok(PerftestPeer {
             version: peer_version,
             cycle_buffer: u32::from_be_bytes([cycle[0], cycle[1], cycle[2], cycle[3]]),
-            mtu_enum: u32::from(peer_mtu[0].wrapping_sub(b'0')),
+            mtu: peer_mtu,
             keys: peer_keys,
         })
     }
@@ -232,6 +252,61 @@ impl PerftestComm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fake perftest server that answers the setup with `mtu` as its MTU message.
+    fn setup_against(mtu: [u8; 2]) -> VerbsResult<PerftestPeer> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let version = *b"6.06\0\0\0\0\0\0\0\0\0\0\0\0";
+            let cycle = 4096u32.to_be_bytes();
+            let line = 64u32.to_be_bytes();
+            let keys = PerftestKeys {
+                out_reads: 1,
+                qpn: 2,
+                psn: 3,
+                rkey: 4,
+                vaddr: 5,
+                gid: Gid([0; 16]),
+            }
+            .encode();
+            let answers: [&[u8]; 5] = [&version, &cycle, &line, &mtu, &keys];
+            for (n, answer) in [VERSION_LEN, 4, 4, 2, KEYS_LEN].into_iter().zip(answers) {
+                let mut buf = vec![0u8; n];
+                if s.read_exact(&mut buf).is_err() || s.write_all(answer).is_err() {
+                    return;
+                }
+            }
+        });
+        let stream = TcpStream::connect(addr).unwrap();
+        let mut comm = PerftestComm::new(stream, true);
+        let keys = PerftestKeys {
+            out_reads: 1,
+            qpn: 7,
+            psn: 8,
+            rkey: 9,
+            vaddr: 10,
+            gid: Gid([0; 16]),
+        };
+        let got = comm.setup(mtu_enum(4096), &keys);
+        drop(comm);
+        server.join().unwrap();
+        got
+    }
+
+    #[test]
+    fn the_smaller_mtu_is_agreed_and_a_bad_one_refused() {
+        let peer = setup_against(*b"3\0").unwrap();
+        assert_eq!(peer.mtu, Mtu::Mtu1024);
+        assert_eq!(peer.agreed_mtu(Mtu::Mtu4096), Mtu::Mtu1024);
+        assert_eq!(peer.agreed_mtu(Mtu::Mtu512), Mtu::Mtu512);
+        assert_eq!(peer.keys.qpn, 2);
+        for bad in [*b"9\0", *b"0\0", *b"3x"] {
+            let err = setup_against(bad).unwrap_err();
+            assert_eq!(err.errno(), 22, "{bad:?}: {err}");
+        }
+    }
 
     #[test]
     fn mtu_enum_is_ibv_mtu() {

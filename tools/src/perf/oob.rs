@@ -5,7 +5,7 @@
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use softverbs::{VerbsError, VerbsResult};
+use softverbs::{Mtu, VerbsError, VerbsResult};
 
 use crate::perftest_oob::{PerftestComm, PerftestKeys};
 
@@ -92,20 +92,20 @@ fn wrap(stream: TcpStream, is_client: bool) -> VerbsResult<PerftestComm> {
 }
 
 /// The setup exchange (version, system data, MTU) and the keys of every QP; returns the
-/// peer's keys and its MTU enum.
+/// peer's keys and the MTU both sides use (the smaller of `ours` and the peer's).
 pub fn exchange_keys(
     comm: &mut PerftestComm,
-    mtu_enum: u32,
+    ours: Mtu,
     mine: &[PerftestKeys],
-) -> VerbsResult<(Vec<PerftestKeys>, u32)> {
+) -> VerbsResult<(Vec<PerftestKeys>, Mtu)> {
     let first = mine
         .first()
         .ok_or_else(|| VerbsError::inval("no QPs to exchange"))?;
-    let peer = comm.setup(mtu_enum, first)?;
+    let peer = comm.setup(ours as u32, first)?;
     let mut theirs = vec![peer.keys];
     for k in &mine[1..] {
         let got = comm.xchg(&k.encode(), crate::perftest_oob::KEYS_LEN, "keys")?;
         theirs.push(PerftestKeys::decode(&got)?);
     }
-    Ok((theirs, peer.mtu_enum))
+    Ok((theirs, peer.agreed_mtu(ours)))
 }

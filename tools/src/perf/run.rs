@@ -14,7 +14,7 @@ use super::report::{self, Baseline, BwResult, LatResult};
 use super::sequence::{Ending, Sequence};
 use super::setup::Side;
 use super::{bw, lat, oob, udp_baseline};
-use crate::perftest_oob::{mtu_enum, PerftestComm};
+use crate::perftest_oob::PerftestComm;
 
 /// What the client measured for one size.
 #[derive(Debug, Clone)]
@@ -185,9 +185,10 @@ pub fn run(s: &Settings) -> VerbsResult<()> {
 fn connect_side(s: &Settings, device: &str, comm: &mut PerftestComm) -> VerbsResult<Side> {
     let mut side = Side::new(device, s)?;
     let mine = side.keys()?;
-    let ours = mtu_enum(s.mtu);
-    let (theirs, peer_mtu) = oob::exchange_keys(comm, ours, &mine)?;
-    let mtu = Mtu::from_raw(peer_mtu.min(ours)).map_or(4096, Mtu::bytes);
+    // -m was checked to be one of the five sizes.
+    let ours = Mtu::from_bytes(s.mtu).unwrap_or(Mtu::Mtu4096);
+    let (theirs, agreed) = oob::exchange_keys(comm, ours, &mine)?;
+    let mtu = agreed.bytes();
     side.connect(&mine, &theirs, mtu)?;
     if s.test.verb() == Some(Verb::Send) {
         if s.test.is_latency() {

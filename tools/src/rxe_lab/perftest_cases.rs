@@ -210,8 +210,7 @@ pub fn run(
         let (mut comm, peer) = setup?;
         // As perftest: the smaller MTU of the two, and a buffer that covers the larger cycle
         // buffer the peer's requests walk through.
-        let mtu = Mtu::from_raw(peer.mtu_enum).map_or(mtu, |m| mtu.min(m.bytes()));
-        let path_mtu = Mtu::from_bytes(mtu).ok_or("bad MTU")?;
+        let path_mtu = peer.agreed_mtu(Mtu::from_bytes(mtu).ok_or("bad MTU")?);
         if (peer.cycle_buffer as usize).max(SIZE) * 2 > buf_len {
             return Err(format!(
                 "peer's cycle buffer {} is larger than ours can serve",
