@@ -18,6 +18,9 @@ use crate::perftest_oob::{PerftestComm, PerftestKeys};
 
 /// Longest wait for one round trip before the run is declared stuck.
 const STUCK: Duration = Duration::from_secs(30);
+/// How long a WRITE ping-pong server that counts still waits for the client's last WRITE
+/// once the client has moved on past the test.
+const LAST_WRITE_GRACE: Duration = Duration::from_secs(1);
 
 fn io(message: String) -> VerbsError {
     VerbsError::Io { errno: 5, message }
@@ -274,6 +277,9 @@ pub fn server_write(
     let mut backoff = Backoff::new(&side.ctx);
     let mut watch = PeerWatch::new();
     let count = s.duration.is_none().then_some(s.iters);
+    // When the client was seen to move on: its last WRITE may still be on its way (it
+    // does not wait for it to complete), so a counting server waits a little longer.
+    let mut moved_on: Option<Instant> = None;
     let mut i = 0u64;
     while count.is_none_or(|n| i < n) {
         let t = tag(i);
@@ -284,9 +290,14 @@ pub fn server_write(
             let mut r = 0;
             reap(side, &mut wcs, &mut r, size)?;
             // Under -D the client stops when it likes; with a count, a client that went
-            // on to its next exchange has stopped early.
-            if watch.check(comm)? == Some(true) {
-                return Ok(i);
+            // on to its next exchange has stopped, early unless its last WRITE lands.
+            if moved_on.is_none() && watch.check(comm)? == Some(true) {
+                moved_on = Some(Instant::now());
+            }
+            match moved_on {
+                Some(_) if count.is_none() => return Ok(i),
+                Some(at) if at.elapsed() > LAST_WRITE_GRACE => return Ok(i),
+                _ => {}
             }
             if count.is_some() && started.elapsed() > STUCK {
                 return Err(io(format!("no WRITE from the client for round trip {i}")));
