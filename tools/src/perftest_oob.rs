@@ -109,6 +109,19 @@ pub struct PerftestPeer {
 }
 
 impl PerftestPeer {
+    /// EINVAL if the peer's cycle buffer, through which a perftest client walks its remote
+    /// address, is larger than the `lent` bytes of our buffer (perftest on a machine with
+    /// larger pages): its requests would fail with remote access errors.
+    pub fn check_cycle_buffer(&self, lent: usize) -> VerbsResult<()> {
+        if self.cycle_buffer as usize > lent {
+            return Err(VerbsError::inval(format!(
+                "the peer's cycle buffer is {} bytes, this side lends {lent}",
+                self.cycle_buffer
+            )));
+        }
+        Ok(())
+    }
+
     /// The path MTU both sides use, as perftest: the smaller of `ours` and the peer's.
     pub fn agreed_mtu(&self, ours: Mtu) -> Mtu {
         if self.mtu.bytes() < ours.bytes() {
@@ -302,6 +315,9 @@ mod tests {
         assert_eq!(peer.agreed_mtu(Mtu::Mtu4096), Mtu::Mtu1024);
         assert_eq!(peer.agreed_mtu(Mtu::Mtu512), Mtu::Mtu512);
         assert_eq!(peer.keys.qpn, 2);
+        // The fake server's cycle buffer is 4096 bytes.
+        assert!(peer.check_cycle_buffer(4096).is_ok());
+        assert_eq!(peer.check_cycle_buffer(4095).unwrap_err().errno(), 22);
         for bad in [*b"9\0", *b"0\0", *b"3x"] {
             let err = setup_against(bad).unwrap_err();
             assert_eq!(err.errno(), 22, "{bad:?}: {err}");

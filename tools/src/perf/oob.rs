@@ -92,16 +92,20 @@ fn wrap(stream: TcpStream, is_client: bool) -> VerbsResult<PerftestComm> {
 }
 
 /// The setup exchange (version, system data, MTU) and the keys of every QP; returns the
-/// peer's keys and the MTU both sides use (the smaller of `ours` and the peer's).
+/// peer's keys and the MTU both sides use (the smaller of `ours` and the peer's). EINVAL
+/// if the peer's cycle buffer, through which a perftest client walks its remote address,
+/// is larger than the `lent` bytes of our buffer.
 pub fn exchange_keys(
     comm: &mut PerftestComm,
     ours: Mtu,
     mine: &[PerftestKeys],
+    lent: usize,
 ) -> VerbsResult<(Vec<PerftestKeys>, Mtu)> {
     let first = mine
         .first()
         .ok_or_else(|| VerbsError::inval("no QPs to exchange"))?;
     let peer = comm.setup(ours as u32, first)?;
+    peer.check_cycle_buffer(lent)?;
     let mut theirs = vec![peer.keys];
     for k in &mine[1..] {
         let got = comm.xchg(&k.encode(), crate::perftest_oob::KEYS_LEN, "keys")?;

@@ -187,7 +187,7 @@ fn connect_side(s: &Settings, device: &str, comm: &mut PerftestComm) -> VerbsRes
     let mine = side.keys()?;
     // -m was checked to be one of the five sizes.
     let ours = Mtu::from_bytes(s.mtu).unwrap_or(Mtu::Mtu4096);
-    let (theirs, agreed) = oob::exchange_keys(comm, ours, &mine)?;
+    let (theirs, agreed) = oob::exchange_keys(comm, ours, &mine, side.src_off)?;
     let mtu = agreed.bytes();
     side.connect(&mine, &theirs, mtu)?;
     if s.test.verb() == Some(Verb::Send) {
