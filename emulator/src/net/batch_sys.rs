@@ -41,6 +41,42 @@ impl Datagram for (&[u8], SocketAddr) {
 
 /// Most datagrams (iovecs) of one [`send_runs`] call.
 pub const MAX_SEND_DATAGRAMS: usize = 4 * MAX_BATCH;
+/// Largest UDP payload of one GSO send (what fits an IPv4 datagram).
+pub const GSO_MAX_BYTES: usize = 65_507;
+
+/// How many datagrams from the start of `datagrams` can leave as one GSO send (one entry of
+/// [`send_runs`]): same destination, all the size of the first except the last (no larger),
+/// at most [`MAX_BATCH`] and [`GSO_MAX_BYTES`] in all. 1 means send it alone; 0 for none.
+/// A RoCE message's first packet (RETH) so takes one shorter packet as its tail, and the
+/// rest of the message makes the next run.
+pub fn gso_run<D: Datagram>(datagrams: &[D]) -> usize {
+    let Some(head) = datagrams.first() else {
+        return 0;
+    };
+    let seg = head.bytes().len();
+    let dst = head.destination();
+    let mut n = 1;
+    let mut total = seg;
+    while n < datagrams.len() && n < MAX_BATCH {
+        let d = &datagrams[n];
+        let len = d.bytes().len();
+        if d.destination() != dst || len > seg || total + len > GSO_MAX_BYTES {
+            break;
+        }
+        n += 1;
+        total += len;
+        if len < seg {
+            break; // a shorter one can only end the run
+        }
+    }
+    n
+}
+
+/// Whether one more entry, a run of `run` datagrams, fits a [`send_runs`] call that holds
+/// `entries` entries of `datagrams` datagrams so far.
+pub fn call_has_room(entries: usize, datagrams: usize, run: usize) -> bool {
+    entries < MAX_BATCH && datagrams + run <= MAX_SEND_DATAGRAMS
+}
 
 /// Sends `datagrams` (bytes, destination) with as few sendmmsg calls as possible; returns
 /// how many the kernel took (a full socket buffer stops a call early, which is loss to a
@@ -71,8 +107,9 @@ pub fn send_batch(socket: &impl AsRawFd, datagrams: &[(&[u8], SocketAddr)]) -> i
 /// kernel took, like sendmmsg; at most [`MAX_BATCH`] entries and [`MAX_SEND_DATAGRAMS`]
 /// datagrams. A kernel without UDP GSO refuses a run with EINVAL, ENOPROTOOPT or EIO.
 ///
-/// Why one call: a message's first packet is longer than the rest (its RETH) and cannot
-/// join their GSO run; as two syscalls, a 64 KiB WRITE paid twice the per-call cost.
+/// Why one call: a message's first packet is longer than the rest (its RETH), so a message
+/// is two GSO runs ([`gso_run`]); as two syscalls, a 64 KiB WRITE paid twice the per-call
+/// cost.
 pub fn send_runs<D: Datagram>(
     socket: &impl AsRawFd,
     datagrams: &[D],

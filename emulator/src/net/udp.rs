@@ -29,7 +29,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use super::batch_sys::{self, RecvSlots, MAX_BATCH, MAX_SEND_DATAGRAMS};
+use super::batch_sys::{self, RecvSlots, MAX_BATCH};
 use super::{DatagramView, InDatagram, Link, MAX_DATAGRAM_BYTES};
 use crate::transport::OutPacket;
 use crate::wire::{write_icrc, IcrcContext, IpHeaderInfo};
@@ -40,8 +40,6 @@ const IPV4_DF: u16 = 0x4000;
 const SOCKET_BUFFER_BYTES: usize = 8 << 20;
 /// Environment variable: `0` turns UDP GSO / GRO off.
 pub const GSO_ENV: &str = "SOFTVERBS_UDP_GSO";
-/// Largest UDP payload of one GSO send (what fits an IPv4 datagram).
-const GSO_MAX_BYTES: usize = 65_507;
 /// Receive buffer of one GRO slot: the largest coalesced run.
 const GRO_SLOT_BYTES: usize = 65_536;
 /// Receive slots when GRO is on (each 64 KiB).
@@ -199,33 +197,13 @@ fn gso_unsupported(e: &io::Error) -> bool {
     )
 }
 
-/// How many packets from the start of `packets` can leave as one GSO send: same loopback
-/// destination, all the size of the first except the last (no larger), at most
-/// [`MAX_BATCH`] and [`GSO_MAX_BYTES`] in all. 1 means send it alone.
+/// How many packets from the start of `packets` can leave as one GSO send
+/// ([`batch_sys::gso_run`]), towards loopback destinations only. 1 means send it alone.
 fn gso_run(packets: &[OutPacket]) -> usize {
-    let Some(head) = packets.first() else {
-        return 0;
-    };
-    if !head.dst_ip.is_loopback() {
-        return 1;
+    match packets.first() {
+        Some(head) if !head.dst_ip.is_loopback() => 1,
+        _ => batch_sys::gso_run(packets),
     }
-    let seg = head.bytes.len();
-    let dst = dst_of(head);
-    let mut n = 1;
-    let mut total = seg;
-    while n < packets.len() && n < MAX_BATCH {
-        let p = &packets[n];
-        let len = p.bytes.len();
-        if dst_of(p) != dst || len > seg || total + len > GSO_MAX_BYTES {
-            break;
-        }
-        n += 1;
-        total += len;
-        if len < seg {
-            break; // a shorter one can only end the run
-        }
-    }
-    n
 }
 
 impl Link for UdpLink {
@@ -281,7 +259,7 @@ impl Link for UdpLink {
             } else {
                 1
             };
-            if n_runs == MAX_BATCH || i + run - start > MAX_SEND_DATAGRAMS {
+            if !batch_sys::call_has_room(n_runs, i - start, run) {
                 if let Err(e) = self.flush(&packets[start..i], &runs[..n_runs]) {
                     first = first.and(Err(e));
                 }
@@ -404,7 +382,7 @@ mod tests {
         let many: Vec<OutPacket> = (0..100).map(|_| out("::1", 100)).collect();
         assert_eq!(gso_run(&many), MAX_BATCH);
         let big: Vec<OutPacket> = (0..40).map(|_| out("127.0.0.2", 4112)).collect();
-        assert_eq!(gso_run(&big), GSO_MAX_BYTES / 4112);
+        assert_eq!(gso_run(&big), batch_sys::GSO_MAX_BYTES / 4112);
         assert_eq!(gso_run(&[]), 0);
     }
 

@@ -29,8 +29,6 @@ const BATCH: usize = 32;
 /// Round trips of the ping-pong (and its time limit).
 const PINGS: usize = 5000;
 const PING_FOR: Duration = Duration::from_secs(2);
-/// Largest UDP payload one GSO send may carry.
-const GSO_MAX: usize = 65_000;
 /// Receive wait after the sender stops.
 const DRAIN: Duration = Duration::from_millis(50);
 
@@ -61,37 +59,16 @@ pub fn write_datagrams(size: usize, mtu: usize) -> Vec<usize> {
         .collect()
 }
 
-/// How `copies` messages of the datagrams of `message` (sizes, as [`write_datagrams`]
-/// gives them) leave as sendmmsg calls, each (index of its first datagram, its runs as
-/// [`batch_sys::send_runs`] takes them). Per message: the first datagram alone, the rest
-/// in GSO runs of at most [`batch_sys::MAX_BATCH`] datagrams and [`GSO_MAX`] bytes. A call
-/// takes as many runs as `send_runs` allows, as the engine's send batches do.
-fn sendmmsg_calls(message: &[usize], copies: usize) -> Vec<(usize, Vec<usize>)> {
-    let mut runs = Vec::new();
-    let mut i = 0;
-    while i < message.len() {
-        let mut run = 1;
-        if i > 0 {
-            let mut bytes = message[i];
-            while i + run < message.len()
-                && run < batch_sys::MAX_BATCH
-                && bytes + message[i + run] <= GSO_MAX
-            {
-                bytes += message[i + run];
-                run += 1;
-            }
-        }
-        runs.push(run);
-        i += run;
-    }
+/// How `list` leaves as sendmmsg calls, each (index of its first datagram, its runs as
+/// [`batch_sys::send_runs`] takes them), grouped by the rules the engine's UDP link sends
+/// by ([`batch_sys::gso_run`], [`batch_sys::call_has_room`]).
+fn sendmmsg_calls<D: batch_sys::Datagram>(list: &[D]) -> Vec<(usize, Vec<usize>)> {
     let mut calls: Vec<(usize, Vec<usize>)> = Vec::new();
     let mut start = 0;
-    for &run in runs.iter().cycle().take(runs.len() * copies) {
+    while start < list.len() {
+        let run = batch_sys::gso_run(&list[start..]);
         match calls.last_mut() {
-            Some((first, call))
-                if call.len() < batch_sys::MAX_BATCH
-                    && start + run - *first <= batch_sys::MAX_SEND_DATAGRAMS =>
-            {
+            Some((first, call)) if batch_sys::call_has_room(call.len(), start - *first, run) => {
                 call.push(run)
             }
             _ => calls.push((start, vec![run])),
@@ -106,8 +83,8 @@ enum Method {
     SendTo,
     Sendmmsg,
     Gso,
-    /// One sendmmsg per message: the first packet alone, the rest one GSO run, as
-    /// softverbs sends a WRITE towards loopback.
+    /// The datagrams of WRITEs of the message size, grouped into GSO runs and sendmmsg
+    /// calls as softverbs sends them towards loopback.
     WriteDatagrams,
 }
 
@@ -199,7 +176,7 @@ fn blast(method: Method, datagram: usize, write: &[usize]) -> io::Result<Option<
         })
     });
     let payload = vec![0x5au8; datagram];
-    let gso_segments = (GSO_MAX / datagram).clamp(1, 64);
+    let gso_segments = (batch_sys::GSO_MAX_BYTES / datagram).clamp(1, batch_sys::MAX_BATCH);
     let gso_buf = vec![0x5au8; gso_segments * datagram];
     let list: Vec<(&[u8], SocketAddr)> = (0..BATCH).map(|_| (payload.as_slice(), dst)).collect();
     // Enough messages to fill a sendmmsg call; a buffer per packet, as the engine's packet
@@ -210,7 +187,7 @@ fn blast(method: Method, datagram: usize, write: &[usize]) -> io::Result<Option<
         .collect();
     let write_list: Vec<(&[u8], SocketAddr)> =
         write_bufs.iter().map(|b| (b.as_slice(), dst)).collect();
-    let write_calls = sendmmsg_calls(write, copies);
+    let write_calls = sendmmsg_calls(&write_list);
     let started = Instant::now();
     let mut error = None;
     while started.elapsed() < SEND_FOR {
@@ -412,25 +389,41 @@ mod tests {
         assert_eq!(write_datagrams(0, 1024), vec![4 + 32]);
     }
 
+    /// `n` messages of `write` datagrams, all to one destination.
+    fn messages(write: &[usize], n: usize) -> Vec<(Vec<u8>, SocketAddr)> {
+        let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        (0..n)
+            .flat_map(|_| write.iter().map(move |&len| (vec![0u8; len], dst)))
+            .collect()
+    }
+
+    fn calls_of(list: &[(Vec<u8>, SocketAddr)]) -> Vec<(usize, Vec<usize>)> {
+        let views: Vec<(&[u8], SocketAddr)> = list.iter().map(|(b, a)| (&b[..], *a)).collect();
+        sendmmsg_calls(&views)
+    }
+
     #[test]
-    fn the_first_packet_of_each_message_leaves_alone_and_the_rest_in_gso_runs() {
+    fn write_datagrams_are_grouped_as_the_engine_sends_them() {
+        // The first packet (RETH) takes the second as its shorter tail; the other 14 are a
+        // run of their own.
         let write = write_datagrams(65536, 4096);
-        assert_eq!(sendmmsg_calls(&write, 1), vec![(0, vec![1, 15])]);
+        assert_eq!(calls_of(&messages(&write, 1)), vec![(0, vec![2, 14])]);
         // 16 messages fill one call of 256 datagrams; a 17th starts the next.
-        let calls = sendmmsg_calls(&write, 17);
+        let calls = calls_of(&messages(&write, 17));
         assert_eq!(calls.len(), 2);
-        assert_eq!(calls[0].1, [1, 15].repeat(16));
-        assert_eq!(calls[1], (256, vec![1, 15]));
-        // 1 MiB at 4096: 15 runs of 15 packets after the first, then the rest.
+        assert_eq!(calls[0].1, [2, 14].repeat(16));
+        assert_eq!(calls[1], (256, vec![2, 14]));
+        // 1 MiB at 4096: runs of at most 15 segments (what fits one IPv4 datagram).
         let big = write_datagrams(1 << 20, 4096);
-        let calls = sendmmsg_calls(&big, 1);
-        let runs: Vec<usize> = calls.iter().flat_map(|(_, r)| r.clone()).collect();
+        let runs: Vec<usize> = calls_of(&messages(&big, 1))
+            .into_iter()
+            .flat_map(|(_, r)| r)
+            .collect();
         assert_eq!(runs.iter().sum::<usize>(), 256);
-        assert_eq!(runs[0], 1);
+        assert_eq!(runs[0], 2);
         assert!(runs[1..].iter().all(|&r| r <= 15));
-        // Small messages: one datagram each, 64 entries per call.
-        let calls = sendmmsg_calls(&write_datagrams(64, 4096), 256);
-        assert_eq!(calls.len(), 4);
-        assert!(calls.iter().all(|(_, r)| r == &[1; 64]));
+        // Small messages: equal datagrams to one destination form runs of 64.
+        let calls = calls_of(&messages(&write_datagrams(64, 4096), 256));
+        assert_eq!(calls, vec![(0, vec![64; 4])]);
     }
 }
