@@ -266,9 +266,14 @@ fn udp_baseline_measures_every_method_and_the_ping_pong() {
     assert!(o.status.success(), "{out}");
     assert_eq!(field(&out, "datagram_bytes"), 1024.0 + 16.0, "{out}");
     assert!(out.contains("sendmmsg"), "{out}");
-    // The datagrams of a 1024-byte WRITE: one of 1024 + BTH + RETH + ICRC.
-    assert!(out.contains("WRITE datagrams"), "{out}");
-    assert!(field(&out, "write_datagrams_mbs") > 0.0, "{out}");
+    // Without a test the baseline sends a WRITE's datagrams: one of 1024 + BTH (12) + RETH (16) + ICRC (4).
+    assert!(
+        out.contains("\"verb\":\"WRITE\",\"verb_datagrams\":[1056]"),
+        "{out}"
+    );
+    assert!(out.contains("WRITE datagrams, GSO + GRO"), "{out}");
+    assert!(field(&out, "bw_mbs") > 0.0, "{out}");
+    assert!(field(&out, "uniform_mbs") > 0.0, "{out}");
     assert!(field(&out, "half_rtt_us") > 0.0, "{out}");
 }
 
@@ -293,4 +298,33 @@ fn baseline_ratios_come_with_the_results() {
     assert!(base > 0.0, "{out}");
     assert!((ratio - bw / base).abs() <= 1e-9 * ratio.max(1.0), "{out}");
     assert_eq!(field(&out, "datagram_bytes"), 4096.0 + 16.0, "{out}");
+    assert!(out.contains("\"verb_datagrams\":[4128]"), "{out}");
+}
+
+#[test]
+fn a_read_bw_baseline_sends_read_responses() {
+    let o = perf(&[
+        "read_bw",
+        "--loopback",
+        "--link",
+        "inproc",
+        "-s",
+        "2048",
+        "-m",
+        "1024",
+        "-n",
+        "20",
+        "--baseline",
+        "--json",
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    // READ RESPONSE FIRST and LAST, each with an AETH.
+    assert!(
+        out.contains("\"verb\":\"READ\",\"verb_datagrams\":[1044,1044]"),
+        "{out}"
+    );
+    let ratio = field(&out, "ratio_to_udp");
+    let (bw, base) = (field(&out, "bw_avg_mbs"), field(&out, "bw_mbs"));
+    assert!((ratio - bw / base).abs() <= 1e-9 * ratio.max(1.0), "{out}");
 }

@@ -49,6 +49,18 @@ pub enum Verb {
     Atomic,
 }
 
+impl Verb {
+    /// The verb as the wire (and the IB spec) names its operation.
+    pub fn wire_name(self) -> &'static str {
+        match self {
+            Verb::Write => "WRITE",
+            Verb::Read => "READ",
+            Verb::Send => "SEND",
+            Verb::Atomic => "FETCH_AND_ADD",
+        }
+    }
+}
+
 impl TestKind {
     /// The verb, or `None` for the UDP baseline.
     pub fn verb(self) -> Option<Verb> {

@@ -88,18 +88,25 @@ impl LatResult {
 /// The UDP baseline measured in the same command.
 #[derive(Debug, Clone, Default)]
 pub struct Baseline {
-    /// Datagram size used (the RoCE packet of the message size).
+    /// Datagram size of a full packet of the message (the RoCE packet of one MTU, or of the
+    /// whole message if smaller), as the equal-datagram methods send it.
     pub datagram_bytes: usize,
-    /// Best raw UDP goodput of payload bytes in MB/s, and the method that achieved it.
+    /// The verb whose datagrams `bw_mbs` sends ("WRITE", "READ", ...).
+    pub verb: String,
+    /// UDP payload sizes of the datagrams of one message of that verb.
+    pub verb_datagrams: Vec<usize>,
+    /// The bandwidth baseline, MB/s of message bytes: raw UDP carrying exactly the datagrams
+    /// messages of the verb put on the wire, in the GSO runs and sendmmsg calls softverbs
+    /// groups them into (the same packet sizes and batching). Ratios are to this.
     pub bw_mbs: f64,
-    /// Which sending method gave `bw_mbs`.
-    pub bw_method: String,
+    /// The best raw UDP goodput with equal `datagram_bytes` datagrams, MB/s of payload: the
+    /// path's ceiling, which a message whose packets differ in size cannot reach (a 64 KiB
+    /// WRITE needs two GSO sends where 15 equal datagrams need one).
+    pub uniform_mbs: f64,
+    /// Which sending method gave `uniform_mbs`.
+    pub uniform_method: String,
     /// Every method measured: (name, MB/s, Mpps).
     pub methods: Vec<(String, f64, f64)>,
-    /// Goodput of raw UDP carrying the datagrams an RC WRITE of the size puts on the wire
-    /// (its first packet longer by the RETH, so outside the GSO run), MB/s: what the kernel
-    /// allows RoCE WRITEs on this path. A reference beside `bw_mbs`, not part of it.
-    pub write_datagrams_mbs: f64,
     /// Median half round trip of a UDP ping-pong, microseconds: the lower of the two below.
     pub half_rtt_us: f64,
     /// ... with blocking receives (each answer wakes a sleeping thread).
@@ -252,15 +259,18 @@ pub fn baseline_json(b: &Baseline) -> String {
             )
         })
         .collect();
+    let sizes: Vec<String> = b.verb_datagrams.iter().map(|n| n.to_string()).collect();
     format!(
-        "{{\"datagram_bytes\":{},\"bw_mbs\":{},\"bw_method\":{},\"methods\":[{}],\
-         \"write_datagrams_mbs\":{},\"half_rtt_us\":{},\"half_rtt_block_us\":{},\
-         \"half_rtt_spin_us\":{}}}",
+        "{{\"datagram_bytes\":{},\"verb\":{},\"verb_datagrams\":[{}],\"bw_mbs\":{},\
+         \"uniform_mbs\":{},\"uniform_method\":{},\"methods\":[{}],\"half_rtt_us\":{},\
+         \"half_rtt_block_us\":{},\"half_rtt_spin_us\":{}}}",
         b.datagram_bytes,
+        json_str(&b.verb),
+        sizes.join(","),
         json_num(b.bw_mbs),
-        json_str(&b.bw_method),
+        json_num(b.uniform_mbs),
+        json_str(&b.uniform_method),
         methods.join(","),
-        json_num(b.write_datagrams_mbs),
         json_num(b.half_rtt_us),
         json_num(b.half_rtt_block_us),
         json_num(b.half_rtt_spin_us)

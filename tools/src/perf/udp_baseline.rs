@@ -1,9 +1,10 @@
 //! `softverbs perf udp-baseline`: what raw UDP carries on the path the emulator uses
 //! (127.0.0.1 to 127.0.0.2), with the datagram size a RoCE packet of the message size has:
 //! bandwidth with one send per datagram, with sendmmsg batches, with UDP GSO (receiver with
-//! GRO) where the kernel has it, and with the datagrams an RDMA WRITE of the message size
-//! puts on the wire; and the median half round trip of a ping-pong, with blocking receives
-//! and with busy-polled ones.
+//! GRO) where the kernel has it, and with the very datagrams one message of the verb under
+//! test puts on the wire (a WRITE's first packet carries a RETH, a READ response's first and
+//! last an AETH); and the median half round trip of a ping-pong, with blocking receives and
+//! with busy-polled ones.
 //! Traffic goes only to 127.0.0.2, and every loop is bounded in time and count.
 
 use std::io;
@@ -15,13 +16,17 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 use softverbs_emu::net::batch_sys::{self, RecvSlots};
 
-use super::args::Settings;
+use super::args::{Settings, Verb};
 use super::report::Baseline;
 
 /// BTH + ICRC: what every RoCE packet adds to its payload (extension headers come on top).
 const ROCE_OVERHEAD: usize = 12 + 4;
 /// The RETH a WRITE's first packet carries on top.
 const RETH_BYTES: usize = 16;
+/// The AETH on the first and last READ response packets.
+const AETH_BYTES: usize = 4;
+/// The AtomicETH of an atomic request (which carries no payload).
+const ATOMIC_ETH_BYTES: usize = 28;
 /// How long each bandwidth method sends.
 const SEND_FOR: Duration = Duration::from_millis(500);
 /// Datagrams per sendmmsg call.
@@ -45,16 +50,27 @@ pub fn datagram_bytes(size: usize, mtu: usize) -> usize {
     size.min(mtu).max(1) + ROCE_OVERHEAD
 }
 
-/// The UDP payload sizes of the packets of one RC WRITE of `size` bytes at `mtu`: the first
-/// carries a RETH besides its (full MTU) payload, so it cannot join the GSO run of the rest;
-/// payloads are padded to 4 bytes.
-pub fn write_datagrams(size: usize, mtu: usize) -> Vec<usize> {
+/// The UDP payload sizes of the packets that carry one `size`-byte message of `verb` at
+/// `mtu`, in the direction its data flows: payloads are padded to 4 bytes; a WRITE's first
+/// packet carries a RETH besides its full MTU of payload (so it cannot join the GSO run of
+/// the rest), a READ response's first and last (or only) packet an AETH; an atomic is one
+/// request with an AtomicETH and no payload.
+pub fn verb_datagrams(verb: Verb, size: usize, mtu: usize) -> Vec<usize> {
+    if verb == Verb::Atomic {
+        return vec![ROCE_OVERHEAD + ATOMIC_ETH_BYTES];
+    }
     let size = size.max(1);
     let packets = size.div_ceil(mtu);
     (0..packets)
         .map(|k| {
             let payload = (size - k * mtu).min(mtu).next_multiple_of(4);
-            payload + ROCE_OVERHEAD + if k == 0 { RETH_BYTES } else { 0 }
+            let (first, last) = (k == 0, k + 1 == packets);
+            let extension = match verb {
+                Verb::Write if first => RETH_BYTES,
+                Verb::Read if first || last => AETH_BYTES,
+                _ => 0,
+            };
+            payload + ROCE_OVERHEAD + extension
         })
         .collect()
 }
@@ -83,9 +99,9 @@ enum Method {
     SendTo,
     Sendmmsg,
     Gso,
-    /// The datagrams of WRITEs of the message size, grouped into GSO runs and sendmmsg
+    /// The datagrams of messages of the verb under test, grouped into GSO runs and sendmmsg
     /// calls as softverbs sends them towards loopback.
-    WriteDatagrams,
+    VerbDatagrams,
 }
 
 impl Method {
@@ -94,12 +110,12 @@ impl Method {
             Method::SendTo => "send_to + recvmmsg",
             Method::Sendmmsg => "sendmmsg + recvmmsg",
             Method::Gso => "GSO + GRO",
-            Method::WriteDatagrams => "WRITE datagrams, GSO + GRO",
+            Method::VerbDatagrams => "verb datagrams, GSO + GRO",
         }
     }
 
     fn uses_gso(self) -> bool {
-        matches!(self, Method::Gso | Method::WriteDatagrams)
+        matches!(self, Method::Gso | Method::VerbDatagrams)
     }
 }
 
@@ -111,9 +127,9 @@ struct Received {
 }
 
 /// What arrived in `SEND_FOR` of sending `datagram`-byte datagrams with `method` (for
-/// `WriteDatagrams`, the datagrams of `write` instead); `None` if the kernel lacks the
-/// method.
-fn blast(method: Method, datagram: usize, write: &[usize]) -> io::Result<Option<Received>> {
+/// `VerbDatagrams`, messages of the `message` datagrams instead); `None` if the kernel lacks
+/// the method.
+fn blast(method: Method, datagram: usize, message: &[usize]) -> io::Result<Option<Received>> {
     let tx = socket(Ipv4Addr::new(127, 0, 0, 1))?;
     let rx = socket(Ipv4Addr::new(127, 0, 0, 2))?;
     let dst = rx.local_addr()?;
@@ -179,15 +195,20 @@ fn blast(method: Method, datagram: usize, write: &[usize]) -> io::Result<Option<
     let gso_segments = (batch_sys::GSO_MAX_BYTES / datagram).clamp(1, batch_sys::MAX_BATCH);
     let gso_buf = vec![0x5au8; gso_segments * datagram];
     let list: Vec<(&[u8], SocketAddr)> = (0..BATCH).map(|_| (payload.as_slice(), dst)).collect();
-    // Enough messages to fill a sendmmsg call; a buffer per packet, as the engine's packet
-    // pool hands them out.
-    let copies = (batch_sys::MAX_SEND_DATAGRAMS / write.len().max(1)).max(1);
-    let write_bufs: Vec<Vec<u8>> = (0..copies)
-        .flat_map(|_| write.iter().map(|&n| vec![0x5au8; n]))
+    // Enough messages to fill a sendmmsg call, laid out back to back in one buffer that
+    // every call sends again: the cheapest way raw UDP has to send these datagrams.
+    let copies = (batch_sys::MAX_SEND_DATAGRAMS / message.len().max(1)).max(1);
+    let verb_buf = vec![0x5au8; copies * message.iter().sum::<usize>()];
+    let mut rest = verb_buf.as_slice();
+    let verb_list: Vec<(&[u8], SocketAddr)> = (0..copies)
+        .flat_map(|_| message)
+        .map(|&n| {
+            let (datagram, tail) = rest.split_at(n);
+            rest = tail;
+            (datagram, dst)
+        })
         .collect();
-    let write_list: Vec<(&[u8], SocketAddr)> =
-        write_bufs.iter().map(|b| (b.as_slice(), dst)).collect();
-    let write_calls = sendmmsg_calls(&write_list);
+    let verb_calls = sendmmsg_calls(&verb_list);
     let started = Instant::now();
     let mut error = None;
     while started.elapsed() < SEND_FOR {
@@ -195,8 +216,8 @@ fn blast(method: Method, datagram: usize, write: &[usize]) -> io::Result<Option<
             Method::SendTo => tx.send_to(&payload, dst).map(|_| ()),
             Method::Sendmmsg => batch_sys::send_batch(&tx, &list).map(|_| ()),
             Method::Gso => tx.send_to(&gso_buf, dst).map(|_| ()),
-            Method::WriteDatagrams => write_calls.iter().try_for_each(|(start, runs)| {
-                batch_sys::send_runs(&tx, &write_list[*start..], runs).map(|_| ())
+            Method::VerbDatagrams => verb_calls.iter().try_for_each(|(start, runs)| {
+                batch_sys::send_runs(&tx, &verb_list[*start..], runs).map(|_| ())
             }),
         };
         match r {
@@ -320,48 +341,48 @@ fn ping_pong(datagram: usize, wait: Wait) -> io::Result<f64> {
         .map_or(0.0, |&ns| ns as f64 / 2000.0))
 }
 
-/// The baseline of a `size`-byte message under `s` (its MTU).
+/// The baseline of a `size`-byte message under `s` (its MTU; the datagrams of its test's
+/// verb, a WRITE's for `udp-baseline` itself).
 pub fn measure(s: &Settings, size: usize) -> io::Result<Baseline> {
     let datagram = datagram_bytes(size, s.mtu as usize);
     let payload = datagram - ROCE_OVERHEAD;
+    let verb = s.test.verb().unwrap_or(Verb::Write);
+    let message = verb_datagrams(verb, size, s.mtu as usize);
+    let message_wire: usize = message.iter().sum();
+    let message_bytes = if verb == Verb::Atomic { 8 } else { size };
     let mut b = Baseline {
         datagram_bytes: datagram,
+        verb: verb.wire_name().to_string(),
+        verb_datagrams: message.clone(),
         ..Baseline::default()
     };
-    let write = write_datagrams(size, s.mtu as usize);
-    let write_wire: usize = write.iter().sum();
     for method in [
         Method::SendTo,
         Method::Sendmmsg,
         Method::Gso,
-        Method::WriteDatagrams,
+        Method::VerbDatagrams,
     ] {
-        match blast(method, datagram, &write)? {
+        let name = method.name().replace("verb", &b.verb);
+        match blast(method, datagram, &message)? {
             Some(r) if r.secs > 0.0 => {
                 // Goodput: the message bytes the datagrams carried.
-                let goodput = if method == Method::WriteDatagrams {
-                    r.bytes as f64 * size as f64 / write_wire as f64
+                let goodput = if method == Method::VerbDatagrams {
+                    r.bytes as f64 * message_bytes as f64 / message_wire as f64
                 } else {
                     r.datagrams as f64 * payload as f64
                 };
                 let mbs = goodput / r.secs / 1e6;
                 let mpps = r.datagrams as f64 / r.secs / 1e6;
-                if method == Method::WriteDatagrams {
-                    // A reference, not the baseline: its datagrams are what RoCE imposes.
-                    b.write_datagrams_mbs = mbs;
-                    b.methods.push((method.name().to_string(), mbs, mpps));
-                    continue;
-                }
-                if mbs > b.bw_mbs {
+                if method == Method::VerbDatagrams {
                     b.bw_mbs = mbs;
-                    b.bw_method = method.name().to_string();
+                } else if mbs > b.uniform_mbs {
+                    b.uniform_mbs = mbs;
+                    b.uniform_method = name.clone();
                 }
-                b.methods.push((method.name().to_string(), mbs, mpps));
+                b.methods.push((name, mbs, mpps));
             }
-            Some(_) => b.methods.push((method.name().to_string(), 0.0, 0.0)),
-            None => b
-                .methods
-                .push((format!("{} (unavailable)", method.name()), 0.0, 0.0)),
+            Some(_) => b.methods.push((name, 0.0, 0.0)),
+            None => b.methods.push((format!("{name} (unavailable)"), 0.0, 0.0)),
         }
     }
     // The stricter of the two waits is the baseline: on a virtual machine a wake-up can
@@ -378,22 +399,34 @@ mod tests {
 
     #[test]
     fn a_write_puts_its_reth_on_the_first_packet_and_pads_the_last() {
-        assert_eq!(write_datagrams(65536, 4096), {
+        let write = |size, mtu| verb_datagrams(Verb::Write, size, mtu);
+        assert_eq!(write(65536, 4096), {
             let mut v = vec![4096 + 16 + 16];
             v.extend([4096 + 16; 15]);
             v
         });
-        assert_eq!(write_datagrams(64, 4096), vec![64 + 32]);
-        assert_eq!(write_datagrams(5000, 4096), vec![4096 + 32, 904 + 16]);
-        assert_eq!(write_datagrams(4099, 4096), vec![4096 + 32, 4 + 16]);
-        assert_eq!(write_datagrams(0, 1024), vec![4 + 32]);
+        assert_eq!(write(64, 4096), vec![64 + 32]);
+        assert_eq!(write(5000, 4096), vec![4096 + 32, 904 + 16]);
+        assert_eq!(write(4099, 4096), vec![4096 + 32, 4 + 16]);
+        assert_eq!(write(0, 1024), vec![4 + 32]);
     }
 
-    /// `n` messages of `write` datagrams, all to one destination.
-    fn messages(write: &[usize], n: usize) -> Vec<(Vec<u8>, SocketAddr)> {
+    #[test]
+    fn read_responses_carry_an_aeth_first_and_last_sends_none_atomics_one_request() {
+        let read = |size, mtu| verb_datagrams(Verb::Read, size, mtu);
+        assert_eq!(read(3 * 1024, 1024), vec![1024 + 20, 1024 + 16, 1024 + 20]);
+        assert_eq!(read(2048, 1024), vec![1024 + 20, 1024 + 20]);
+        assert_eq!(read(10, 1024), vec![12 + 20]);
+        let send = |size, mtu| verb_datagrams(Verb::Send, size, mtu);
+        assert_eq!(send(2049, 1024), vec![1040, 1040, 4 + 16]);
+        assert_eq!(verb_datagrams(Verb::Atomic, 8, 4096), vec![12 + 28 + 4]);
+    }
+
+    /// `n` messages of `message` datagrams, all to one destination.
+    fn messages(message: &[usize], n: usize) -> Vec<(Vec<u8>, SocketAddr)> {
         let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
         (0..n)
-            .flat_map(|_| write.iter().map(move |&len| (vec![0u8; len], dst)))
+            .flat_map(|_| message.iter().map(move |&len| (vec![0u8; len], dst)))
             .collect()
     }
 
@@ -406,7 +439,7 @@ mod tests {
     fn write_datagrams_are_grouped_as_the_engine_sends_them() {
         // The first packet (RETH) takes the second as its shorter tail; the other 14 are a
         // run of their own.
-        let write = write_datagrams(65536, 4096);
+        let write = verb_datagrams(Verb::Write, 65536, 4096);
         assert_eq!(calls_of(&messages(&write, 1)), vec![(0, vec![2, 14])]);
         // 16 messages fill one call of 256 datagrams; a 17th starts the next.
         let calls = calls_of(&messages(&write, 17));
@@ -414,7 +447,7 @@ mod tests {
         assert_eq!(calls[0].1, [2, 14].repeat(16));
         assert_eq!(calls[1], (256, vec![2, 14]));
         // 1 MiB at 4096: runs of at most 15 segments (what fits one IPv4 datagram).
-        let big = write_datagrams(1 << 20, 4096);
+        let big = verb_datagrams(Verb::Write, 1 << 20, 4096);
         let runs: Vec<usize> = calls_of(&messages(&big, 1))
             .into_iter()
             .flat_map(|(_, r)| r)
@@ -423,7 +456,7 @@ mod tests {
         assert_eq!(runs[0], 2);
         assert!(runs[1..].iter().all(|&r| r <= 15));
         // Small messages: equal datagrams to one destination form runs of 64.
-        let calls = calls_of(&messages(&write_datagrams(64, 4096), 256));
+        let calls = calls_of(&messages(&verb_datagrams(Verb::Write, 64, 4096), 256));
         assert_eq!(calls, vec![(0, vec![64; 4])]);
     }
 }
