@@ -253,6 +253,7 @@ mod tests {
             udp_dst_port: 4791,
             udp_src_port: 4791,
             bytes,
+            payload: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! An open emulated device: the verbs calls of [`VerbsContext`] on the device's tables.
 
 use std::collections::HashMap;
+use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -95,6 +96,9 @@ pub struct DeviceCounters {
     pub send_errors: AtomicU64,
     /// Packets not sent or not received because the port was down.
     pub port_down_drops: AtomicU64,
+    /// Packets not sent because the memory their payload was to be read from was
+    /// deregistered between building and sending them.
+    pub payload_gone_drops: AtomicU64,
 }
 
 /// The state of one device, shared by its contexts and its engine thread.
@@ -186,6 +190,8 @@ impl Device {
             srq: entry.srq.as_deref(),
             ahs: Some(&ahs),
             rx,
+            // send_packets reads payloads from memory at send time (see there).
+            payload_by_reference: true,
         };
         // The vectors of the last call's outputs (emptied by deliver), so a call allocates
         // nothing to return its packets and completions.
@@ -335,13 +341,34 @@ impl Device {
         if packets.is_empty() {
             return;
         }
-        if let Err(e) = self.link.send_batch(packets) {
+        let sent = if packets.iter().any(|p| p.payload.is_some()) {
+            self.send_from_memory(packets)
+        } else {
+            self.link.send_batch(packets)
+        };
+        if let Err(e) = sent {
             self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(device = %self.config.name, error = %e, "send failed");
         }
         for p in packets.drain(..) {
             crate::transport::packet_pool::give(p.bytes);
         }
+    }
+
+    /// Sends packets of which some left their payload in registered memory: the table is
+    /// held for reading across the send, so no region goes away while the link (or the
+    /// kernel) reads it. A packet whose region went since it was built (deregistered
+    /// meanwhile) is dropped like a lost packet: the requester's retry finds the SGE
+    /// invalid and completes the WQE in error.
+    fn send_from_memory(&self, packets: &mut Vec<crate::transport::OutPacket>) -> io::Result<()> {
+        let reader = self.mem.reader();
+        let (payloads, gone) = crate::transport::payloads_in_memory(packets, &reader);
+        if gone > 0 {
+            self.counters
+                .payload_gone_drops
+                .fetch_add(gone as u64, Ordering::Relaxed);
+        }
+        self.link.send_batch_from(packets, &payloads)
     }
 
     fn qp_entry(&self, qpn: u32) -> VerbsResult<Arc<QpEntry>> {

@@ -14,7 +14,7 @@ mod window;
 
 pub use buffer::RdmaBuffer;
 pub use error::MemError;
-pub use table::{MrTable, RemoteAccessor};
+pub use table::{LocalSlice, MrReader, MrTable, RemoteAccessor};
 pub use window::MAX_MW;
 
 #[cfg(test)]

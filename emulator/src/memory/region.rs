@@ -105,6 +105,18 @@ impl<'r> Span<'r> {
         unsafe { std::ptr::copy_nonoverlapping(self.host as *const u8, dst.as_mut_ptr(), self.len) }
     }
 
+    /// The span's bytes, borrowed for as long as the region stays registered: for reads
+    /// that must not copy (a send hands the kernel this memory, and the ICRC covers it).
+    pub(crate) fn as_bytes(&self) -> &'r [u8] {
+        // SAFETY: [host, host + len) is registered, allocated memory for 'r (see `copy_to`);
+        // `host` is non-null and u8 needs no alignment. The emulator only reads through the
+        // slice. The application may write the memory meanwhile, which the RDMA contract in
+        // the module doc makes its own race (a NIC's DMA reads torn bytes the same way); here
+        // the worst outcome is a packet whose ICRC does not match the bytes sent, which the
+        // receiver drops and the requester sends again.
+        unsafe { std::slice::from_raw_parts(self.host as *const u8, self.len) }
+    }
+
     /// Overwrites the span with `src`, which must be exactly as long.
     pub(crate) fn write_from(&self, src: &[u8]) {
         assert_eq!(src.len(), self.len, "write_from: length mismatch");

@@ -3,7 +3,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::RwLock;
+use parking_lot::{RwLock, RwLockReadGuard};
 use softverbs_api::backend::MrKeys;
 use softverbs_api::{AccessFlags, BindMwWr, MwType, Sge, VerbsError, VerbsResult};
 
@@ -40,6 +40,40 @@ impl From<u32> for RemoteAccessor {
     /// An accessor known only by its PD: regions and type 1 windows of that PD.
     fn from(pd: u32) -> RemoteAccessor {
         RemoteAccessor { pd, qpn: None }
+    }
+}
+
+/// One packet's payload as a range of registered memory, checked when the packet was built
+/// and read only when it is sent (see [`MrTable::local_slice`] and [`MrReader::bytes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalSlice {
+    /// Protection domain of the QP that sends it.
+    pub pd: u32,
+    /// Local key of the region.
+    pub lkey: u32,
+    /// First address, as the SGE names it.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u32,
+}
+
+/// The table held for reading: no region is deregistered while it lives, so the bytes it
+/// lends stay valid. Held across a send call; `deregister` waits for it.
+pub struct MrReader<'a>(RwLockReadGuard<'a, Inner>);
+
+impl MrReader<'_> {
+    /// The bytes of `slice`, checked again (its region may have gone since the packet was
+    /// built): key, PD, bounds, as [`MrTable::gather`] checks them.
+    pub fn bytes(&self, slice: &LocalSlice) -> Result<&[u8], MemError> {
+        let span = self.0.span(
+            slice.pd,
+            slice.lkey,
+            false,
+            AccessFlags::empty(),
+            slice.addr,
+            slice.len.into(),
+        )?;
+        Ok(span.as_bytes())
     }
 }
 
@@ -390,6 +424,48 @@ impl MrTable {
         inner.list_range(pd, sges, offset, out.len(), need, |span, at| {
             span.copy_to(&mut out[at])
         })
+    }
+
+    /// Where bytes `[offset, offset + len)` of the gather list `sges` live, if they lie in
+    /// one SGE: checked as [`MrTable::gather_at`] checks them (same errors), but not copied.
+    /// `Ok(None)` if they span several SGEs (the caller copies them with `gather_at`), or
+    /// none.
+    pub fn local_slice(
+        &self,
+        pd: u32,
+        sges: &[Sge],
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<LocalSlice>, MemError> {
+        let inner = self.inner.read();
+        let mut found = None;
+        let mut pieces = 0;
+        inner.list_range(pd, sges, offset, len, AccessFlags::empty(), |_, _| {
+            pieces += 1
+        })?;
+        if pieces != 1 || len == 0 {
+            return Ok(None);
+        }
+        let mut sge_start = 0u64;
+        for sge in sges {
+            let sge_end = sge_start + u64::from(sge.length);
+            if sge.length > 0 && sge_start <= offset && offset + len as u64 <= sge_end {
+                found = Some(LocalSlice {
+                    pd,
+                    lkey: sge.lkey,
+                    addr: sge.addr + (offset - sge_start),
+                    len: len as u32,
+                });
+                break;
+            }
+            sge_start = sge_end;
+        }
+        Ok(found)
+    }
+
+    /// The table held for reading, for sends that read registered memory in place.
+    pub fn reader(&self) -> MrReader<'_> {
+        MrReader(self.inner.read())
     }
 
     /// Local scatter for a receive or a read response: writes `data` into the scatter list

@@ -484,6 +484,70 @@ fn gather_at_copies_one_packets_range_across_sges() {
 }
 
 #[test]
+fn local_slice_names_a_range_inside_one_sge_and_reads_it_in_place() {
+    let t = MrTable::new(4);
+    let (_g, base, k) = counting_region(&t);
+    let sges = split_list(base, k.lkey, 28, 4);
+    // The list reads 4 5 6 | 28 29 30 31: ranges inside one SGE are named in place and read
+    // back as gather_at copies them; ranges across SGEs (or empty) are left to gather_at.
+    let list = [4u8, 5, 6, 28, 29, 30, 31];
+    for offset in 0..list.len() {
+        for len in 0..=list.len() - offset {
+            let one_sge = len > 0 && (offset + len <= 3 || offset >= 3);
+            let slice = t.local_slice(PD, &sges, offset as u64, len).unwrap();
+            assert_eq!(slice.is_some(), one_sge, "offset {offset} len {len}");
+            if let Some(slice) = slice {
+                let reader = t.reader();
+                let bytes = reader.bytes(&slice).unwrap();
+                assert_eq!(
+                    bytes,
+                    &list[offset..offset + len],
+                    "offset {offset} len {len}"
+                );
+            }
+        }
+    }
+    // The checks of gather_at, with its errors.
+    assert_eq!(
+        t.local_slice(PD, &sges, 5, 3),
+        Err(MemError::LengthExceeded)
+    );
+    let bad = overrunning_list(&sges, base, k.lkey);
+    assert_eq!(t.local_slice(PD, &bad, 3, 1), Err(MemError::OutOfBounds));
+    assert_eq!(
+        t.local_slice(PD + 1, &sges, 0, 2),
+        Err(MemError::PdMismatch)
+    );
+    // A slice named before its region went is refused when read.
+    let slice = t.local_slice(PD, &sges, 4, 2).unwrap().unwrap();
+    t.deregister(k.lkey).unwrap();
+    assert_eq!(t.reader().bytes(&slice), Err(MemError::InvalidKey));
+}
+
+#[test]
+fn deregister_waits_for_a_reader() {
+    let t = Arc::new(MrTable::new(4));
+    let (_g, _base, k) = counting_region(&t);
+    let reader = t.reader();
+    let done = Arc::new(AtomicBool::new(false));
+    let dereg = {
+        let (t, done) = (t.clone(), done.clone());
+        std::thread::spawn(move || {
+            t.deregister(k.lkey).unwrap();
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        !done.load(Ordering::SeqCst),
+        "deregister returned while a send could still read the region"
+    );
+    drop(reader);
+    dereg.join().unwrap();
+    assert!(done.load(Ordering::SeqCst));
+}
+
+#[test]
 fn scatter_at_offsets_across_sges() {
     let t = MrTable::new(4);
     let mut g = Guarded::new(32);

@@ -24,11 +24,20 @@ const CTRL_WORDS: usize = 8;
 
 /// A datagram to send: its bytes and where they go.
 pub trait Datagram {
-    /// The UDP payload.
+    /// The UDP payload; only its length counts where [`Datagram::parts`] says otherwise.
     fn bytes(&self) -> &[u8];
     /// The destination.
     fn destination(&self) -> SocketAddr;
+    /// The UDP payload as the kernel gets it, in up to [`PARTS`] pieces (empty ones are
+    /// skipped) as long as [`Datagram::bytes`] in all: e.g. headers, a payload lying
+    /// elsewhere, trailer. The whole of `bytes` by default.
+    fn parts(&self) -> [&[u8]; PARTS] {
+        [self.bytes(), &[], &[]]
+    }
 }
+
+/// Most pieces of one datagram ([`Datagram::parts`]).
+pub const PARTS: usize = 3;
 
 impl Datagram for (&[u8], SocketAddr) {
     fn bytes(&self) -> &[u8] {
@@ -127,7 +136,8 @@ pub fn send_runs<D: Datagram>(
     // Only the entries used are written: zeroing whole arrays (8 KiB of addresses) cost
     // more than the call when a batch holds one datagram.
     let mut addrs = [const { MaybeUninit::<libc::sockaddr_storage>::uninit() }; MAX_BATCH];
-    let mut iovs = [const { MaybeUninit::<libc::iovec>::uninit() }; MAX_SEND_DATAGRAMS];
+    let mut iovs = [const { MaybeUninit::<libc::iovec>::uninit() }; PARTS * MAX_SEND_DATAGRAMS];
+    let mut iov_next = 0;
     let mut ctrls = [const { MaybeUninit::<[u64; CTRL_WORDS]>::uninit() }; MAX_BATCH];
     let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; MAX_BATCH];
     let mut next = 0;
@@ -143,19 +153,22 @@ pub fn send_runs<D: Datagram>(
                 sa.len() as usize,
             )
         };
-        for (iov, d) in iovs[next..next + run].iter_mut().zip(&datagrams[next..]) {
-            let bytes = d.bytes();
-            iov.write(libc::iovec {
-                iov_base: bytes.as_ptr() as *mut libc::c_void,
-                iov_len: bytes.len(),
-            });
+        let iov_first = iov_next;
+        for d in &datagrams[next..next + run] {
+            for part in d.parts().into_iter().filter(|p| !p.is_empty()) {
+                iovs[iov_next].write(libc::iovec {
+                    iov_base: part.as_ptr() as *mut libc::c_void,
+                    iov_len: part.len(),
+                });
+                iov_next += 1;
+            }
         }
         // SAFETY: mmsghdr is plain old data; all-zero is a valid empty header.
         let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
         m.msg_hdr.msg_name = addr.cast();
         m.msg_hdr.msg_namelen = sa.len();
-        m.msg_hdr.msg_iov = iovs[next].as_mut_ptr();
-        m.msg_hdr.msg_iovlen = run as _;
+        m.msg_hdr.msg_iov = iovs[iov_first].as_mut_ptr();
+        m.msg_hdr.msg_iovlen = (iov_next - iov_first) as _;
         if run > 1 {
             let seg = datagrams[next].bytes().len() as u16;
             m.msg_hdr.msg_control = ctrls[k].write([0; CTRL_WORDS]).as_mut_ptr().cast();
@@ -437,6 +450,76 @@ mod tests {
                 } else {
                     assert!(gro);
                     seen.extend(bytes.chunks(seg).map(|c| c.to_vec()));
+                }
+            }
+        }
+        assert_eq!(seen, want);
+    }
+
+    /// A datagram in three pieces: head, a middle from another buffer, tail.
+    struct Pieces<'a> {
+        whole: Vec<u8>,
+        middle: &'a [u8],
+        at: usize,
+        dst: SocketAddr,
+    }
+
+    impl Datagram for Pieces<'_> {
+        fn bytes(&self) -> &[u8] {
+            &self.whole
+        }
+        fn destination(&self) -> SocketAddr {
+            self.dst
+        }
+        fn parts(&self) -> [&[u8]; PARTS] {
+            let end = self.at + self.middle.len();
+            [&self.whole[..self.at], self.middle, &self.whole[end..]]
+        }
+    }
+
+    #[test]
+    fn datagrams_in_pieces_arrive_whole_plain_and_in_a_gso_run() {
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+        b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let gro = set_udp_gro(&b, true).is_ok();
+        let dst = b.local_addr().unwrap();
+        // Payloads elsewhere; the packets hold stale bytes where they go.
+        let payloads: Vec<Vec<u8>> = (0..4u8).map(|i| vec![0x10 + i; 1000]).collect();
+        let list: Vec<Pieces> = payloads
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let mut whole = vec![0xee; 1024];
+                whole[..16].fill(i as u8);
+                whole[1016..].fill(0xa0 + i as u8);
+                Pieces {
+                    whole,
+                    middle: p,
+                    at: 16,
+                    dst,
+                }
+            })
+            .collect();
+        let want: Vec<Vec<u8>> = list.iter().map(|d| d.parts().concat()).collect();
+        assert!(want.iter().all(|w| w.len() == 1024 && !w.contains(&0xee)));
+        // The first alone, the other three as one GSO run.
+        match send_runs(&a, &list, &[1, 3]) {
+            Ok(n) => assert_eq!(n, 2),
+            Err(_) => return, // no UDP GSO in this kernel: the link falls back to sendmmsg
+        }
+        let mut slots = RecvSlots::new(8, 65536);
+        let mut seen = Vec::new();
+        while seen.len() < want.len() {
+            let n = recv_batch(&b, &mut slots).unwrap();
+            for i in 0..n {
+                let (bytes, _) = slots.get(i);
+                match slots.segment_bytes(i) {
+                    0 => seen.push(bytes.to_vec()),
+                    seg => {
+                        assert!(gro);
+                        seen.extend(bytes.chunks(seg).map(|c| c.to_vec()));
+                    }
                 }
             }
         }

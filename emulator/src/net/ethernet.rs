@@ -341,6 +341,7 @@ mod tests {
             udp_dst_port: 4791,
             udp_src_port: 0xc123,
             bytes,
+            payload: None,
         }
     }
 

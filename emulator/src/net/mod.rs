@@ -120,6 +120,17 @@ pub trait Link: Send + Sync {
         first
     }
 
+    /// [`Link::send_batch`] for packets of which some leave their payload in registered
+    /// memory ([`OutPacket::payload`]): `payloads[i]` is packet `i`'s (empty for a packet
+    /// that carries its own). A link that can hand the kernel that memory directly does; by
+    /// default the payloads are copied into the packets first.
+    fn send_batch_from(&self, packets: &mut [OutPacket], payloads: &[&[u8]]) -> io::Result<()> {
+        for (p, payload) in packets.iter_mut().zip(payloads) {
+            p.fill_payload(payload);
+        }
+        self.send_batch(packets)
+    }
+
     /// Whether [`Link::wait_readable`] and [`Link::recv_ready`] are real: waiting without
     /// receiving, and receiving without waiting. Then the engine thread and polling
     /// applications can share the receive path; a link answering `false` is only ever used

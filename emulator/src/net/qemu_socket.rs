@@ -198,6 +198,7 @@ mod tests {
             udp_dst_port: 4791,
             udp_src_port: 0xc001,
             bytes: vec![0x04, 0, 0xff, 0xff, 0, 0, 0, 0x11, 0, 0, 0, 7, 0, 0, 0, 0],
+            payload: None,
         };
         link.send(&mut packet).unwrap();
         let n = qemu.recv(&mut buf).unwrap();

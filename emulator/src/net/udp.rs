@@ -29,10 +29,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use super::batch_sys::{self, RecvSlots, MAX_BATCH};
+use super::batch_sys::{self, Datagram, RecvSlots, MAX_BATCH};
 use super::{DatagramView, InDatagram, Link, MAX_DATAGRAM_BYTES};
 use crate::transport::OutPacket;
-use crate::wire::{write_icrc, IcrcContext, IpHeaderInfo};
+use crate::wire::{write_icrc, write_icrc_with_payload, IcrcContext, IpHeaderInfo};
 
 /// Flags + fragment offset of the IPv4 packets this link sends: DF, no fragmentation.
 const IPV4_DF: u16 = 0x4000;
@@ -134,11 +134,42 @@ impl UdpLink {
 }
 
 impl UdpLink {
+    /// Sends `list` (ICRCs written) in as few sendmmsg calls as the limits allow: one entry
+    /// per plain datagram or GSO run, flushed when either limit of a call is reached.
+    fn send_all<D: Datagram>(&self, list: &[D]) -> io::Result<()> {
+        let mut first = Ok(());
+        let mut runs = [0usize; MAX_BATCH];
+        let (mut start, mut n_runs) = (0, 0);
+        let mut i = 0;
+        while i < list.len() {
+            let run = if self.gso.load(Ordering::Relaxed) {
+                gso_run(&list[i..])
+            } else {
+                1
+            };
+            if !batch_sys::call_has_room(n_runs, i - start, run) {
+                if let Err(e) = self.flush(&list[start..i], &runs[..n_runs]) {
+                    first = first.and(Err(e));
+                }
+                (start, n_runs) = (i, 0);
+            }
+            runs[n_runs] = run;
+            n_runs += 1;
+            i += run;
+        }
+        if n_runs > 0 {
+            if let Err(e) = self.flush(&list[start..], &runs[..n_runs]) {
+                first = first.and(Err(e));
+            }
+        }
+        first
+    }
+
     /// Sends `list` with sendmmsg, `runs` as in [`batch_sys::send_runs`]; datagrams the
     /// kernel refuses for lack of buffer space are lost (the transport retransmits), other
     /// errors are returned after the rest went out. A GSO run the kernel refuses turns GSO
     /// off (said once) and leaves as plain datagrams.
-    fn flush(&self, list: &[OutPacket], runs: &[usize]) -> io::Result<()> {
+    fn flush<D: Datagram>(&self, list: &[D], runs: &[usize]) -> io::Result<()> {
         let mut first = Ok(());
         let (mut entry, mut datagram) = (0, 0);
         while entry < runs.len() {
@@ -171,12 +202,38 @@ impl UdpLink {
     }
 }
 
-impl batch_sys::Datagram for OutPacket {
+impl Datagram for OutPacket {
     fn bytes(&self) -> &[u8] {
         &self.bytes
     }
     fn destination(&self) -> SocketAddr {
         dst_of(self)
+    }
+}
+
+/// A packet whose payload, if it left it in registered memory, is `payload`.
+struct FromMemory<'a> {
+    packet: &'a OutPacket,
+    payload: &'a [u8],
+}
+
+impl Datagram for FromMemory<'_> {
+    fn bytes(&self) -> &[u8] {
+        &self.packet.bytes
+    }
+    fn destination(&self) -> SocketAddr {
+        dst_of(self.packet)
+    }
+    fn parts(&self) -> [&[u8]; batch_sys::PARTS] {
+        let bytes = &self.packet.bytes[..];
+        match self.packet.payload {
+            Some(r) if !self.payload.is_empty() => [
+                &bytes[..r.at],
+                self.payload,
+                &bytes[r.at + self.payload.len()..],
+            ],
+            _ => [bytes, &[], &[]],
+        }
     }
 }
 
@@ -199,9 +256,9 @@ fn gso_unsupported(e: &io::Error) -> bool {
 
 /// How many packets from the start of `packets` can leave as one GSO send
 /// ([`batch_sys::gso_run`]), towards loopback destinations only. 1 means send it alone.
-fn gso_run(packets: &[OutPacket]) -> usize {
+fn gso_run<D: Datagram>(packets: &[D]) -> usize {
     match packets.first() {
-        Some(head) if !head.dst_ip.is_loopback() => 1,
+        Some(head) if !head.destination().ip().is_loopback() => 1,
         _ => batch_sys::gso_run(packets),
     }
 }
@@ -247,34 +304,27 @@ impl Link for UdpLink {
         for p in packets.iter_mut() {
             self.finalize(p)?;
         }
-        let mut first = Ok(());
-        // One sendmmsg per window of packets: their grouping into entries (a plain
-        // datagram, or a GSO run), flushed when either limit of a call is reached.
-        let mut runs = [0usize; MAX_BATCH];
-        let (mut start, mut n_runs) = (0, 0);
-        let mut i = 0;
-        while i < packets.len() {
-            let run = if self.gso.load(Ordering::Relaxed) {
-                gso_run(&packets[i..])
-            } else {
-                1
-            };
-            if !batch_sys::call_has_room(n_runs, i - start, run) {
-                if let Err(e) = self.flush(&packets[start..i], &runs[..n_runs]) {
-                    first = first.and(Err(e));
+        self.send_all(packets)
+    }
+
+    /// Zero copy: each packet's payload goes to the kernel as an iovec into registered
+    /// memory, between its headers and its pad and ICRC (the ICRC computed over it there).
+    fn send_batch_from(&self, packets: &mut [OutPacket], payloads: &[&[u8]]) -> io::Result<()> {
+        for (p, &payload) in packets.iter_mut().zip(payloads) {
+            let dst = dst_of(p);
+            match p.payload {
+                Some(r) if !payload.is_empty() => {
+                    write_icrc_with_payload(&self.icrc_context(dst), &mut p.bytes, r.at, payload)
                 }
-                (start, n_runs) = (i, 0);
-            }
-            runs[n_runs] = run;
-            n_runs += 1;
-            i += run;
-        }
-        if n_runs > 0 {
-            if let Err(e) = self.flush(&packets[start..], &runs[..n_runs]) {
-                first = first.and(Err(e));
+                _ => self.finalize(p)?,
             }
         }
-        first
+        let list: Vec<FromMemory<'_>> = packets
+            .iter()
+            .zip(payloads.iter().chain(std::iter::repeat(&&[][..])))
+            .map(|(packet, &payload)| FromMemory { packet, payload })
+            .collect();
+        self.send_all(&list)
     }
 
     fn pollable(&self) -> bool {
@@ -354,6 +404,7 @@ mod tests {
             udp_dst_port: 4791,
             udp_src_port: 4791,
             bytes: vec![0; len],
+            payload: None,
         }
     }
 
@@ -383,7 +434,7 @@ mod tests {
         assert_eq!(gso_run(&many), MAX_BATCH);
         let big: Vec<OutPacket> = (0..40).map(|_| out("127.0.0.2", 4112)).collect();
         assert_eq!(gso_run(&big), batch_sys::GSO_MAX_BYTES / 4112);
-        assert_eq!(gso_run(&[]), 0);
+        assert_eq!(gso_run::<OutPacket>(&[]), 0);
     }
 
     #[test]

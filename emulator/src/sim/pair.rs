@@ -12,7 +12,7 @@ use super::faults::{FaultConfig, SimRng};
 use crate::memory::{MrTable, RdmaBuffer};
 use crate::net::icrc_check::icrc_ok;
 use crate::net::InDatagram;
-use crate::transport::{Completion, Env, Outputs, TransportQp};
+use crate::transport::{payloads_in_memory, Completion, Env, Outputs, TransportQp};
 use crate::wire::{write_icrc, IcrcContext, IpHeaderInfo, RoceRepr};
 
 /// One-way delay of the virtual network, in ns.
@@ -276,7 +276,11 @@ impl SimPair {
         let mut out = Outputs::default();
         let now_ns = self.now_ns;
         let node = self.node(side);
-        let env = Env::new(&node.mem, now_ns);
+        // As the engine does: payloads stay in the MR until the packets leave (absorb).
+        let env = Env {
+            payload_by_reference: true,
+            ..Env::new(&node.mem, now_ns)
+        };
         let result = call(&mut node.qp, &env, &mut out);
         self.absorb(side, out);
         result
@@ -293,6 +297,14 @@ impl SimPair {
                 completion: c,
             });
             self.node(from).completions.push(c);
+        }
+        {
+            // The payloads are read from the sender's memory as they leave.
+            let reader = self.node(from).mem.reader();
+            let (payloads, _gone) = payloads_in_memory(&mut out.packets, &reader);
+            for (packet, payload) in out.packets.iter_mut().zip(payloads) {
+                packet.fill_payload(payload);
+            }
         }
         for mut packet in out.packets.drain(..) {
             let ctx = IcrcContext {

@@ -27,6 +27,8 @@ pub mod wqe;
 
 pub use address::{AddressVector, AhTable, NetHeader};
 pub use counters::Counters;
-pub use output::{Completion, CompletionTarget, Env, OutPacket, Outputs};
+pub use output::{
+    payloads_in_memory, Completion, CompletionTarget, Env, OutPacket, Outputs, PayloadRef,
+};
 pub use qp::{PathInfo, TransportQp};
 pub use srq::SharedRecvQueue;

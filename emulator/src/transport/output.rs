@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 
 use super::address::{AhTable, NetHeader};
 use super::srq::SharedRecvQueue;
-use crate::memory::MrTable;
+use crate::memory::{LocalSlice, MrReader, MrTable};
 
 /// What a transport call may use besides the QP: the device's memory and address handles,
 /// the QP's SRQ, the current time and, for a received packet, the IP header it came with.
@@ -23,6 +23,9 @@ pub struct Env<'a> {
     pub ahs: Option<&'a AhTable>,
     /// The network header of the packet being handled (UD receives report it in the GRH).
     pub rx: Option<NetHeader>,
+    /// Packets may name their payload in registered memory ([`OutPacket::payload`]) instead
+    /// of carrying a copy: set by a driver that reads it at send time.
+    pub payload_by_reference: bool,
 }
 
 impl<'a> Env<'a> {
@@ -34,6 +37,7 @@ impl<'a> Env<'a> {
             srq: None,
             ahs: None,
             rx: None,
+            payload_by_reference: false,
         }
     }
 }
@@ -50,6 +54,18 @@ pub struct OutPacket {
     pub udp_src_port: u16,
     /// BTH .. ICRC.
     pub bytes: Vec<u8>,
+    /// Where the payload is, if `bytes` does not hold it: the driver reads it from
+    /// registered memory when it sends the packet (see [`Env::payload_by_reference`]).
+    pub payload: Option<PayloadRef>,
+}
+
+/// A packet's payload left in registered memory: `bytes[at..at + slice.len]` stands for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PayloadRef {
+    /// Offset of the payload in the packet (after its headers).
+    pub at: usize,
+    /// The memory it is read from.
+    pub slice: LocalSlice,
 }
 
 /// Which CQ of the QP a completion goes to.
@@ -134,12 +150,125 @@ impl OutPacket {
         Ok(Some(OutPacket::to(path, bytes)))
     }
 
+    /// Like [`OutPacket::build`], but the payload stays in registered memory at `slice`
+    /// (already checked): headers, pad and ICRC room are written, the payload bytes are not.
+    pub fn build_by_reference(
+        path: &crate::transport::PathInfo,
+        repr: &crate::wire::RoceRepr<'_>,
+        slice: LocalSlice,
+    ) -> Option<Self> {
+        let mut bytes = super::packet_pool::take_for_overwrite(repr.buffer_len());
+        let at = repr.emit_headers(&mut bytes).ok()?;
+        let mut packet = OutPacket::to(path, bytes);
+        packet.payload = Some(PayloadRef { at, slice });
+        Some(packet)
+    }
+
+    /// Copies `payload` (the bytes of [`OutPacket::payload`]) into the packet, which then
+    /// carries its payload like any other.
+    pub fn fill_payload(&mut self, payload: &[u8]) {
+        if let Some(r) = self.payload.take() {
+            self.bytes[r.at..r.at + payload.len()].copy_from_slice(payload);
+        }
+    }
+
     fn to(path: &crate::transport::PathInfo, bytes: Vec<u8>) -> OutPacket {
         OutPacket {
             dst_ip: path.dst_ip,
             udp_dst_port: path.udp_dst_port,
             udp_src_port: path.udp_src_port,
             bytes,
+            payload: None,
         }
+    }
+}
+
+/// The payloads `packets` left in registered memory, read through `reader`: entry `i` is
+/// packet `i`'s (empty for a packet carrying its own). A packet whose memory is gone
+/// (deregistered since it was built) is taken out of `packets`, its buffer back to the pool,
+/// and counted in the second value: it is lost, and the requester's retry reports the SGE.
+pub fn payloads_in_memory<'r>(
+    packets: &mut Vec<OutPacket>,
+    reader: &'r MrReader<'_>,
+) -> (Vec<&'r [u8]>, usize) {
+    let mut payloads: Vec<&[u8]> = Vec::with_capacity(packets.len());
+    let mut gone = 0;
+    let mut i = 0;
+    while i < packets.len() {
+        match packets[i].payload.map(|r| reader.bytes(&r.slice)) {
+            None => payloads.push(&[]),
+            Some(Ok(bytes)) => payloads.push(bytes),
+            Some(Err(_)) => {
+                super::packet_pool::give(packets.remove(i).bytes);
+                gone += 1;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    (payloads, gone)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use softverbs_api::AccessFlags;
+    use std::net::Ipv4Addr;
+
+    const PD: u32 = 3;
+
+    fn packet(payload: Option<LocalSlice>) -> OutPacket {
+        OutPacket {
+            dst_ip: Ipv4Addr::LOCALHOST.into(),
+            udp_dst_port: 4791,
+            udp_src_port: 49152,
+            bytes: vec![0xee; 40],
+            payload: payload.map(|slice| PayloadRef { at: 28, slice }),
+        }
+    }
+
+    #[test]
+    fn payloads_are_read_in_place_and_a_packet_whose_region_went_is_dropped() {
+        let mem = MrTable::new(4);
+        let a: Vec<u8> = (0..64).collect();
+        let b: Vec<u8> = (100..164).collect();
+        let ka = mem
+            .register(PD, a.as_ptr() as u64, 64, AccessFlags::empty())
+            .unwrap();
+        let kb = mem
+            .register(PD, b.as_ptr() as u64, 64, AccessFlags::empty())
+            .unwrap();
+        let slice = |buf: &[u8], lkey, from: usize| LocalSlice {
+            pd: PD,
+            lkey,
+            addr: buf.as_ptr() as u64 + from as u64,
+            len: 8,
+        };
+        let mut packets = vec![
+            packet(Some(slice(&a, ka.lkey, 4))),
+            packet(None),
+            packet(Some(slice(&b, kb.lkey, 56))),
+        ];
+        {
+            let reader = mem.reader();
+            let (payloads, gone) = payloads_in_memory(&mut packets, &reader);
+            assert_eq!(gone, 0);
+            assert_eq!(payloads, [&a[4..12], &[][..], &b[56..64]]);
+        }
+        mem.deregister(kb.lkey).unwrap();
+        let reader = mem.reader();
+        let (payloads, gone) = payloads_in_memory(&mut packets, &reader);
+        assert_eq!(gone, 1);
+        assert_eq!(packets.len(), 2);
+        assert_eq!(payloads, [&a[4..12], &[][..]]);
+        // Filled, a packet carries its payload like any other.
+        let mut first = packets[0].clone();
+        first.fill_payload(payloads[0]);
+        assert_eq!(first.payload, None);
+        assert_eq!(&first.bytes[28..36], &a[4..12]);
+        assert!(first.bytes[..28]
+            .iter()
+            .chain(&first.bytes[36..])
+            .all(|&x| x == 0xee));
     }
 }

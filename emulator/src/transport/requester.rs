@@ -414,7 +414,19 @@ fn build_packet(
     } else {
         1
     };
-    let packet = if wqe.data.is_none() && !repr.payload.is_empty() {
+    let by_reference = if env.payload_by_reference && wqe.data.is_none() {
+        let len = repr.payload.len();
+        (len > 0)
+            .then(|| env.mem.local_slice(qp.pd, &wqe.sges, offset, len))
+            .transpose()
+            .map_err(|_| WcStatus::LocProtErr)?
+            .flatten()
+    } else {
+        None
+    };
+    let packet = if let Some(slice) = by_reference {
+        OutPacket::build_by_reference(path, &repr, slice)
+    } else if wqe.data.is_none() && !repr.payload.is_empty() {
         OutPacket::build_filled(path, &repr, |payload| {
             env.mem.gather_at(qp.pd, &wqe.sges, offset, payload)
         })

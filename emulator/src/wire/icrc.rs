@@ -150,6 +150,13 @@ fn pseudo_headers(ctx: &IcrcContext, packet_len: usize, out: &mut Head) {
 /// ICRC of `packet`, the whole UDP payload (BTH..ICRC); its last 4 bytes are not covered.
 /// A packet shorter than 4 bytes is treated as having no covered bytes.
 pub fn compute_icrc(ctx: &IcrcContext, packet: &[u8]) -> u32 {
+    compute_icrc_with(ctx, packet, 0, &[])
+}
+
+/// [`compute_icrc`] of `packet` with `payload` in place of its bytes from `at` on: for a
+/// packet whose payload is sent from elsewhere (registered memory) and was never copied in.
+/// `at` must not be inside the BTH, and `payload` must fit before the ICRC.
+fn compute_icrc_with(ctx: &IcrcContext, packet: &[u8], at: usize, payload: &[u8]) -> u32 {
     let mut head = Head::new();
     pseudo_headers(ctx, packet.len(), &mut head);
     let covered = &packet[..packet.len().saturating_sub(ICRC_LEN)];
@@ -162,8 +169,27 @@ pub fn compute_icrc(ctx: &IcrcContext, packet: &[u8]) -> u32 {
     }
     let mut hasher = crc32fast::Hasher::new();
     hasher.update(head.bytes());
-    hasher.update(&covered[bth_end..]);
+    if payload.is_empty() {
+        hasher.update(&covered[bth_end..]);
+    } else {
+        hasher.update(&covered[bth_end..at]);
+        hasher.update(payload);
+        hasher.update(&covered[at + payload.len()..]);
+    }
     hasher.finalize()
+}
+
+/// Like [`write_icrc`], for a packet whose bytes from `at` on are `payload` on the wire
+/// (sent from registered memory by a second iovec) whatever `packet` holds there.
+/// Panics if `at` is inside the BTH or `payload` does not fit before the ICRC (a caller bug).
+pub fn write_icrc_with_payload(ctx: &IcrcContext, packet: &mut [u8], at: usize, payload: &[u8]) {
+    assert!(
+        at >= BTH_LEN && at + payload.len() + ICRC_LEN <= packet.len(),
+        "payload outside the packet"
+    );
+    let icrc = compute_icrc_with(ctx, packet, at, payload);
+    let end = packet.len() - ICRC_LEN;
+    packet[end..].copy_from_slice(&icrc.to_le_bytes());
 }
 
 /// Computes the ICRC and stores it little-endian in the last 4 bytes of `packet`
@@ -430,6 +456,25 @@ mod tests {
         write_icrc(&ctx, &mut tiny);
         assert_eq!(tiny, [1, 2]);
         assert!(!verify_icrc(&ctx, &tiny));
+    }
+
+    #[test]
+    fn an_icrc_over_a_payload_sent_from_elsewhere_is_the_captured_one() {
+        let (ctx, p) = atomic_ack();
+        // Bytes 16..24 (the AtomicAckETH here) come from another buffer, as a payload sent
+        // from registered memory does; the packet's own bytes there do not count.
+        for (at, len) in [(16, 8), (12, 12), (12, 4), (20, 4)] {
+            let mut q = p.clone();
+            q[at..at + len].fill(0xee);
+            q[24..].fill(0);
+            write_icrc_with_payload(&ctx, &mut q, at, &p[at..at + len]);
+            assert_eq!(q[24..], p[24..], "at {at} len {len}");
+            assert!(q[at..at + len].iter().all(|&b| b == 0xee));
+        }
+        // A different payload gives a different ICRC.
+        let mut q = p.clone();
+        write_icrc_with_payload(&ctx, &mut q, 16, &[0; 8]);
+        assert_ne!(q[24..], p[24..]);
     }
 
     #[test]

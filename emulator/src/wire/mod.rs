@@ -31,8 +31,8 @@ pub use error::WireError;
 pub use feth::{FethPacket, FethRepr, FETH_LEN};
 pub use frame::{emit_ethernet_frame, parse_frame, LinkType, RoceFrame};
 pub use icrc::{
-    compute_icrc, solve_ipv4_identification, stored_icrc, verify_icrc, write_icrc, IcrcContext,
-    IpHeaderInfo, IPV4_FLAG_DF,
+    compute_icrc, solve_ipv4_identification, stored_icrc, verify_icrc, write_icrc,
+    write_icrc_with_payload, IcrcContext, IpHeaderInfo, IPV4_FLAG_DF,
 };
 pub use ieth::{IethPacket, IETH_LEN};
 pub use immdt::{ImmDtPacket, IMMDT_LEN};
