@@ -417,6 +417,27 @@ mod tests {
         assert_eq!(seen, bufs);
     }
 
+    /// Receives `count` datagrams on `b`, a GRO run split into its segments (which only a
+    /// socket with GRO on, `gro`, may get).
+    fn receive_datagrams(b: &UdpSocket, count: usize, gro: bool) -> Vec<Vec<u8>> {
+        let mut slots = RecvSlots::new(8, 65536);
+        let mut seen = Vec::new();
+        while seen.len() < count {
+            let n = recv_batch(b, &mut slots).unwrap();
+            for i in 0..n {
+                let (bytes, _) = slots.get(i);
+                match slots.segment_bytes(i) {
+                    0 => seen.push(bytes.to_vec()),
+                    seg => {
+                        assert!(gro);
+                        seen.extend(bytes.chunks(seg).map(|c| c.to_vec()));
+                    }
+                }
+            }
+        }
+        seen
+    }
+
     #[test]
     fn one_sendmmsg_carries_plain_datagrams_and_a_gso_run_in_order() {
         let a = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -438,22 +459,7 @@ mod tests {
         let mut want = vec![b"first".to_vec()];
         want.extend(segs.iter().cloned());
         want.push(b"after".to_vec());
-        let mut slots = RecvSlots::new(8, 65536);
-        let mut seen = Vec::new();
-        while seen.len() < want.len() {
-            let n = recv_batch(&b, &mut slots).unwrap();
-            for i in 0..n {
-                let (bytes, _) = slots.get(i);
-                let seg = slots.segment_bytes(i);
-                if seg == 0 {
-                    seen.push(bytes.to_vec());
-                } else {
-                    assert!(gro);
-                    seen.extend(bytes.chunks(seg).map(|c| c.to_vec()));
-                }
-            }
-        }
-        assert_eq!(seen, want);
+        assert_eq!(receive_datagrams(&b, want.len(), gro), want);
     }
 
     /// A datagram in three pieces: head, a middle from another buffer, tail.
@@ -508,22 +514,7 @@ mod tests {
             Ok(n) => assert_eq!(n, 2),
             Err(_) => return, // no UDP GSO in this kernel: the link falls back to sendmmsg
         }
-        let mut slots = RecvSlots::new(8, 65536);
-        let mut seen = Vec::new();
-        while seen.len() < want.len() {
-            let n = recv_batch(&b, &mut slots).unwrap();
-            for i in 0..n {
-                let (bytes, _) = slots.get(i);
-                match slots.segment_bytes(i) {
-                    0 => seen.push(bytes.to_vec()),
-                    seg => {
-                        assert!(gro);
-                        seen.extend(bytes.chunks(seg).map(|c| c.to_vec()));
-                    }
-                }
-            }
-        }
-        assert_eq!(seen, want);
+        assert_eq!(receive_datagrams(&b, want.len(), gro), want);
     }
 
     #[test]
