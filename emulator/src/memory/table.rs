@@ -116,7 +116,8 @@ struct Slot {
 impl Inner {
     /// Visits bytes `[offset, offset + len)` of the SGE list `sges`: for each SGE they touch
     /// (zero-length ones skipped), the part of its span they cover (the whole SGE checked for
-    /// `pd` and `need`) and where that part sits within the range. `LengthExceeded`, before
+    /// `pd` and `need`), where that part sits within the range, and its lkey and address as
+    /// the SGE names them. `LengthExceeded`, before
     /// any SGE is looked at, if the list ends before the range does; otherwise stops at the
     /// first SGE that fails.
     fn list_range<'a>(
@@ -126,7 +127,7 @@ impl Inner {
         offset: u64,
         len: usize,
         need: AccessFlags,
-        mut visit: impl FnMut(Span<'a>, std::ops::Range<usize>),
+        mut visit: impl FnMut(Span<'a>, std::ops::Range<usize>, u32, u64),
     ) -> Result<(), MemError> {
         let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
         let end = offset
@@ -141,7 +142,8 @@ impl Inner {
                 let lo = offset.max(sge_start);
                 let hi = end.min(sge_end);
                 let part = whole.sub((lo - sge_start) as usize, (hi - lo) as usize);
-                visit(part, (lo - offset) as usize..(hi - offset) as usize);
+                let at = (lo - offset) as usize..(hi - offset) as usize;
+                visit(part, at, sge.lkey, sge.addr + (lo - sge_start));
             }
             sge_start = sge_end;
         }
@@ -420,8 +422,8 @@ impl MrTable {
         let inner = self.inner.read();
         let need = AccessFlags::empty();
         // Check every SGE the range touches before copying any (a packet is all or nothing).
-        inner.list_range(pd, sges, offset, out.len(), need, |_, _| {})?;
-        inner.list_range(pd, sges, offset, out.len(), need, |span, at| {
+        inner.list_range(pd, sges, offset, out.len(), need, |_, _, _, _| {})?;
+        inner.list_range(pd, sges, offset, out.len(), need, |span, at, _, _| {
             span.copy_to(&mut out[at])
         })
     }
@@ -438,29 +440,18 @@ impl MrTable {
         len: usize,
     ) -> Result<Option<LocalSlice>, MemError> {
         let inner = self.inner.read();
-        let mut found = None;
-        let mut pieces = 0;
-        inner.list_range(pd, sges, offset, len, AccessFlags::empty(), |_, _| {
-            pieces += 1
+        let (mut found, mut pieces) = (None, 0);
+        let need = AccessFlags::empty();
+        inner.list_range(pd, sges, offset, len, need, |_, _, lkey, addr| {
+            pieces += 1;
+            found = Some(LocalSlice {
+                pd,
+                lkey,
+                addr,
+                len: len as u32,
+            });
         })?;
-        if pieces != 1 || len == 0 {
-            return Ok(None);
-        }
-        let mut sge_start = 0u64;
-        for sge in sges {
-            let sge_end = sge_start + u64::from(sge.length);
-            if sge.length > 0 && sge_start <= offset && offset + len as u64 <= sge_end {
-                found = Some(LocalSlice {
-                    pd,
-                    lkey: sge.lkey,
-                    addr: sge.addr + (offset - sge_start),
-                    len: len as u32,
-                });
-                break;
-            }
-            sge_start = sge_end;
-        }
-        Ok(found)
+        Ok(found.filter(|_| pieces == 1 && len > 0))
     }
 
     /// The table held for reading, for sends that read registered memory in place.
@@ -477,8 +468,8 @@ impl MrTable {
     pub fn scatter(&self, pd: u32, sges: &[Sge], offset: u64, data: &[u8]) -> Result<(), MemError> {
         let inner = self.inner.read();
         let need = AccessFlags::LOCAL_WRITE;
-        inner.list_range(pd, sges, offset, data.len(), need, |_, _| {})?;
-        inner.list_range(pd, sges, offset, data.len(), need, |span, at| {
+        inner.list_range(pd, sges, offset, data.len(), need, |_, _, _, _| {})?;
+        inner.list_range(pd, sges, offset, data.len(), need, |span, at, _, _| {
             span.write_from(&data[at])
         })
     }

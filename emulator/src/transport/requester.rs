@@ -414,25 +414,26 @@ fn build_packet(
     } else {
         1
     };
-    let by_reference = if env.payload_by_reference && wqe.data.is_none() {
-        let len = repr.payload.len();
-        (len > 0)
-            .then(|| env.mem.local_slice(qp.pd, &wqe.sges, offset, len))
-            .transpose()
-            .map_err(|_| WcStatus::LocProtErr)?
-            .flatten()
-    } else {
-        None
-    };
-    let packet = if let Some(slice) = by_reference {
-        OutPacket::build_by_reference(path, &repr, slice)
-    } else if wqe.data.is_none() && !repr.payload.is_empty() {
-        OutPacket::build_filled(path, &repr, |payload| {
-            env.mem.gather_at(qp.pd, &wqe.sges, offset, payload)
-        })
-        .map_err(|_| WcStatus::LocProtErr)?
-    } else {
+    let packet = if wqe.data.is_some() || repr.payload.is_empty() {
         OutPacket::build(path, &repr)
+    } else {
+        // From registered memory: left there when the driver reads it at send time and it
+        // lies in one SGE, copied into the packet otherwise.
+        let in_place = if env.payload_by_reference {
+            let len = repr.payload.len();
+            env.mem
+                .local_slice(qp.pd, &wqe.sges, offset, len)
+                .map_err(|_| WcStatus::LocProtErr)?
+        } else {
+            None
+        };
+        match in_place {
+            Some(slice) => OutPacket::build_by_reference(path, &repr, slice),
+            None => OutPacket::build_filled(path, &repr, |payload| {
+                env.mem.gather_at(qp.pd, &wqe.sges, offset, payload)
+            })
+            .map_err(|_| WcStatus::LocProtErr)?,
+        }
     };
     Ok((packet.ok_or(op_err)?, psns_used, is_last, ack_req))
 }
