@@ -48,7 +48,7 @@ impl Datagram for (&[u8], SocketAddr) {
     }
 }
 
-/// Most datagrams (iovecs) of one [`send_runs`] call.
+/// Most datagrams of one [`send_runs`] call (each of up to [`PARTS`] iovecs).
 pub const MAX_SEND_DATAGRAMS: usize = 4 * MAX_BATCH;
 /// Largest UDP payload of one GSO send (what fits an IPv4 datagram).
 pub const GSO_MAX_BYTES: usize = 65_507;
@@ -85,6 +85,32 @@ pub fn gso_run<D: Datagram>(datagrams: &[D]) -> usize {
 /// `entries` entries of `datagrams` datagrams so far.
 pub fn call_has_room(entries: usize, datagrams: usize, run: usize) -> bool {
     entries < MAX_BATCH && datagrams + run <= MAX_SEND_DATAGRAMS
+}
+
+/// Groups `list` into [`send_runs`] calls: `run_of` says how many datagrams from the start
+/// of a slice leave as one entry (a GSO run such as [`gso_run`] finds, or 1), and a call
+/// takes entries while [`call_has_room`]. `call(first, runs)` gets each call in order, with
+/// the index of its first datagram in `list`.
+pub fn group_calls<D>(
+    list: &[D],
+    run_of: impl Fn(&[D]) -> usize,
+    mut call: impl FnMut(usize, &[usize]),
+) {
+    let mut runs = [0usize; MAX_BATCH];
+    let (mut start, mut n_runs, mut i) = (0, 0, 0);
+    while i < list.len() {
+        let run = run_of(&list[i..]).max(1);
+        if !call_has_room(n_runs, i - start, run) {
+            call(start, &runs[..n_runs]);
+            (start, n_runs) = (i, 0);
+        }
+        runs[n_runs] = run;
+        n_runs += 1;
+        i += run;
+    }
+    if n_runs > 0 {
+        call(start, &runs[..n_runs]);
+    }
 }
 
 /// Sends `datagrams` (bytes, destination) with as few sendmmsg calls as possible; returns

@@ -138,30 +138,18 @@ impl UdpLink {
     /// per plain datagram or GSO run, flushed when either limit of a call is reached.
     fn send_all<D: Datagram>(&self, list: &[D]) -> io::Result<()> {
         let mut first = Ok(());
-        let mut runs = [0usize; MAX_BATCH];
-        let (mut start, mut n_runs) = (0, 0);
-        let mut i = 0;
-        while i < list.len() {
-            let run = if self.gso.load(Ordering::Relaxed) {
-                gso_run(&list[i..])
+        let run_of = |rest: &[D]| {
+            if self.gso.load(Ordering::Relaxed) {
+                gso_run(rest)
             } else {
                 1
-            };
-            if !batch_sys::call_has_room(n_runs, i - start, run) {
-                if let Err(e) = self.flush(&list[start..i], &runs[..n_runs]) {
-                    first = first.and(Err(e));
-                }
-                (start, n_runs) = (i, 0);
             }
-            runs[n_runs] = run;
-            n_runs += 1;
-            i += run;
-        }
-        if n_runs > 0 {
-            if let Err(e) = self.flush(&list[start..], &runs[..n_runs]) {
-                first = first.and(Err(e));
+        };
+        batch_sys::group_calls(list, run_of, |start, runs| {
+            if let (Err(e), true) = (self.flush(&list[start..], runs), first.is_ok()) {
+                first = Err(e);
             }
-        }
+        });
         first
     }
 
@@ -310,19 +298,23 @@ impl Link for UdpLink {
     /// Zero copy: each packet's payload goes to the kernel as an iovec into registered
     /// memory, between its headers and its pad and ICRC (the ICRC computed over it there).
     fn send_batch_from(&self, packets: &mut [OutPacket], payloads: &[&[u8]]) -> io::Result<()> {
-        for (p, &payload) in packets.iter_mut().zip(payloads) {
-            let dst = dst_of(p);
-            match p.payload {
-                Some(r) if !payload.is_empty() => {
-                    write_icrc_with_payload(&self.icrc_context(dst), &mut p.bytes, r.at, payload)
+        let payload_of = |i: usize| payloads.get(i).copied().unwrap_or_default();
+        for (i, p) in packets.iter_mut().enumerate() {
+            match (p.payload, payload_of(i)) {
+                (Some(r), payload) if !payload.is_empty() => {
+                    let ctx = self.icrc_context(dst_of(p));
+                    write_icrc_with_payload(&ctx, &mut p.bytes, r.at, payload)
                 }
                 _ => self.finalize(p)?,
             }
         }
         let list: Vec<FromMemory<'_>> = packets
             .iter()
-            .zip(payloads.iter().chain(std::iter::repeat(&&[][..])))
-            .map(|(packet, &payload)| FromMemory { packet, payload })
+            .enumerate()
+            .map(|(i, packet)| FromMemory {
+                packet,
+                payload: payload_of(i),
+            })
             .collect();
         self.send_all(&list)
     }

@@ -76,21 +76,13 @@ pub fn verb_datagrams(verb: Verb, size: usize, mtu: usize) -> Vec<usize> {
 }
 
 /// How `list` leaves as sendmmsg calls, each (index of its first datagram, its runs as
-/// [`batch_sys::send_runs`] takes them), grouped by the rules the engine's UDP link sends
-/// by ([`batch_sys::gso_run`], [`batch_sys::call_has_room`]).
+/// [`batch_sys::send_runs`] takes them): grouped by the engine's UDP link's own rules
+/// ([`batch_sys::group_calls`] with [`batch_sys::gso_run`]).
 fn sendmmsg_calls<D: batch_sys::Datagram>(list: &[D]) -> Vec<(usize, Vec<usize>)> {
-    let mut calls: Vec<(usize, Vec<usize>)> = Vec::new();
-    let mut start = 0;
-    while start < list.len() {
-        let run = batch_sys::gso_run(&list[start..]);
-        match calls.last_mut() {
-            Some((first, call)) if batch_sys::call_has_room(call.len(), start - *first, run) => {
-                call.push(run)
-            }
-            _ => calls.push((start, vec![run])),
-        }
-        start += run;
-    }
+    let mut calls = Vec::new();
+    batch_sys::group_calls(list, batch_sys::gso_run, |start, runs| {
+        calls.push((start, runs.to_vec()))
+    });
     calls
 }
 
