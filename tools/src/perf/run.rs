@@ -11,7 +11,7 @@ use softverbs::{ChannelNetwork, DeviceConfig, LinkConfig, Mtu, VerbsError, Verbs
 
 use super::args::{LinkKind, Role, Settings, TestKind, Verb};
 use super::report::{self, Baseline, BwResult, LatResult};
-use super::sequence::{Ending, Sequence};
+use super::sequence::Sequence;
 use super::setup::Side;
 use super::{bw, lat, oob, udp_baseline};
 use crate::perftest_oob::PerftestComm;
@@ -232,10 +232,7 @@ fn serve(s: &Settings, device: &str, mut comm: PerftestComm) -> VerbsResult<Vec<
     let mut rows = Vec::new();
     for &size in &s.sizes {
         bw::prepare_server(&side, verb, size)?;
-        comm.barrier(&me, "ready")?;
-        if seq.second_barrier {
-            comm.barrier(&me, "go")?;
-        }
+        seq.before_test(&mut comm, &me)?;
         let handled = match s.test {
             TestKind::SendBw => bw::server_recv(&side, size, &comm)?,
             TestKind::WriteLat => lat::server_write(&side, s, size, &comm)?,
@@ -275,10 +272,7 @@ fn serve(s: &Settings, device: &str, mut comm: PerftestComm) -> VerbsResult<Vec<
             handled,
         });
     }
-    match seq.ending {
-        Ending::Close => comm.close(&me)?,
-        Ending::Hangup => drop(comm),
-    }
+    seq.end(comm, &me)?;
     // The client of atomic_lat adds after the server's last exchange before its test: the
     // counter is final once the client closed.
     if s.test == TestKind::AtomicLat && !s.no_verify {
@@ -308,10 +302,7 @@ fn drive(
     let mut rows = Vec::new();
     for &size in &s.sizes {
         bw::prepare_client(&side, verb, size)?;
-        comm.barrier(&me, "ready")?;
-        if seq.second_barrier {
-            comm.barrier(&me, "go")?;
-        }
+        seq.before_test(&mut comm, &me)?;
         let row = if s.test.is_latency() {
             Row::Lat(lat::client(&side, s, size, &peer)?)
         } else {
@@ -334,10 +325,7 @@ fn drive(
         }
         rows.push(row);
     }
-    match seq.ending {
-        Ending::Close => comm.close(&me)?,
-        Ending::Hangup => drop(comm),
-    }
+    seq.end(comm, &me)?;
     Ok((rows, rss_connected))
 }
 

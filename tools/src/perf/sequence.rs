@@ -18,7 +18,10 @@
 //! (`-n`, which both sides must share, as with perftest), or, under `-D`, by the client's
 //! next exchange arriving.
 
+use softverbs::VerbsResult;
+
 use super::args::TestKind;
+use crate::perftest_oob::{PerftestComm, PerftestKeys};
 
 /// How a run ends on the side channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +65,28 @@ impl Sequence {
                 report: false,
                 ending: Ending::Hangup,
             },
+        }
+    }
+}
+
+impl Sequence {
+    /// The barriers before a test, keyed by `me`.
+    pub fn before_test(&self, comm: &mut PerftestComm, me: &PerftestKeys) -> VerbsResult<()> {
+        comm.barrier(me, "ready")?;
+        if self.second_barrier {
+            comm.barrier(me, "go")?;
+        }
+        Ok(())
+    }
+
+    /// Ends the run on the side channel.
+    pub fn end(&self, comm: PerftestComm, me: &PerftestKeys) -> VerbsResult<()> {
+        match self.ending {
+            Ending::Close => comm.close(me),
+            Ending::Hangup => {
+                drop(comm);
+                Ok(())
+            }
         }
     }
 }
