@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 const POLL: Duration = Duration::from_millis(10);
 
 /// Accepts one connection on `listener` within `wait`; ETIMEDOUT (`TimedOut`) if none
-/// came. The
-/// listener is left non-blocking; the stream returned blocks.
+/// came. The listener is left non-blocking; the stream returned blocks.
 pub fn accept_within(
     listener: &TcpListener,
     wait: Duration,

@@ -74,15 +74,15 @@ impl TestKind {
     }
 
     /// A latency test (otherwise bandwidth).
-    pub fn is_latency(self) -> bool {
+    pub const fn is_latency(self) -> bool {
         matches!(
             self,
             TestKind::WriteLat | TestKind::ReadLat | TestKind::SendLat | TestKind::AtomicLat
         )
     }
 
-    /// The name printed and put in JSON.
-    pub fn name(self) -> &'static str {
+    /// The name printed and put in JSON (and the CLI's).
+    pub const fn name(self) -> &'static str {
         match self {
             TestKind::WriteBw => "write_bw",
             TestKind::WriteLat => "write_lat",

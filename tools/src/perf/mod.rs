@@ -15,7 +15,7 @@ mod sequence;
 mod setup;
 mod udp_baseline;
 
-pub use args::PerfArgs;
+pub use args::{PerfArgs, TestKind};
 
 use std::process::ExitCode;
 

@@ -15,12 +15,13 @@ use super::lab_env::{wait_exit, LabEnv};
 use super::perftest_cases::report_fields;
 use super::verb_cases::Direction;
 use crate::ibv_oob::IBV_PINGPONG_PORT;
+use crate::perf::TestKind;
 
 /// One `softverbs perf` test and the perftest program of the same name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PerfTest {
     /// The `softverbs perf` test.
-    pub test: &'static str,
+    pub test: TestKind,
     /// perftest's program.
     pub program: &'static str,
     /// Message size of the run.
@@ -30,35 +31,34 @@ pub struct PerfTest {
 }
 
 impl PerfTest {
-    const fn new(test: &'static str, program: &'static str, size: usize) -> PerfTest {
+    const fn new(test: TestKind, program: &'static str, size: usize) -> PerfTest {
         // The latency tests go past 256 round trips, so that ib_write_lat's one-byte tags
         // wrap through 0; 100 x 64 KiB is plenty for the bandwidth tests under TCG.
-        let latency = matches!(program.as_bytes(), [.., b'l', b'a', b't']);
         PerfTest {
             test,
             program,
             size,
-            iters: if latency { 300 } else { 100 },
+            iters: if test.is_latency() { 300 } else { 100 },
         }
     }
 
     /// Whether a server of this test prints a line with the size and the count: all but
     /// those of READ and atomic latency, whose server only waits for the client.
     fn server_reports(self) -> bool {
-        !matches!(self.test, "read_lat" | "atomic_lat")
+        !matches!(self.test, TestKind::ReadLat | TestKind::AtomicLat)
     }
 }
 
 /// The tests run.
 pub const KINDS: [PerfTest; 8] = [
-    PerfTest::new("write_bw", "ib_write_bw", 65536),
-    PerfTest::new("read_bw", "ib_read_bw", 65536),
-    PerfTest::new("send_bw", "ib_send_bw", 65536),
-    PerfTest::new("atomic_bw", "ib_atomic_bw", 8),
-    PerfTest::new("write_lat", "ib_write_lat", 64),
-    PerfTest::new("send_lat", "ib_send_lat", 64),
-    PerfTest::new("read_lat", "ib_read_lat", 64),
-    PerfTest::new("atomic_lat", "ib_atomic_lat", 8),
+    PerfTest::new(TestKind::WriteBw, "ib_write_bw", 65536),
+    PerfTest::new(TestKind::ReadBw, "ib_read_bw", 65536),
+    PerfTest::new(TestKind::SendBw, "ib_send_bw", 65536),
+    PerfTest::new(TestKind::AtomicBw, "ib_atomic_bw", 8),
+    PerfTest::new(TestKind::WriteLat, "ib_write_lat", 64),
+    PerfTest::new(TestKind::SendLat, "ib_send_lat", 64),
+    PerfTest::new(TestKind::ReadLat, "ib_read_lat", 64),
+    PerfTest::new(TestKind::AtomicLat, "ib_atomic_lat", 8),
 ];
 /// Longest wait for either program.
 const WAIT: Duration = Duration::from_secs(120);
@@ -160,7 +160,7 @@ pub fn run(
     );
     let mut perf = Command::new(exe);
     perf.env(softverbs_emu::engine::DEVICES_ENV, env.device_spec(device))
-        .args(["perf", kind.test])
+        .args(["perf", kind.test.name()])
         .args(["-d", device, "-p", &port.to_string()])
         .args(["-s", &size.to_string(), "-n", &iters.to_string()])
         .args(["-m", &mtu.to_string(), "--no-verify"])
@@ -280,6 +280,7 @@ pub fn run(
     let role = if is_client { "client" } else { "server" };
     Ok(format!(
         "softverbs perf {} as {role}, {iters} x {size} B, every completion checked; {}'s report: {theirs}",
-        kind.test, kind.program,
+        kind.test.name(),
+        kind.program,
     ))
 }

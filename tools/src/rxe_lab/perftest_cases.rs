@@ -211,12 +211,8 @@ pub fn run(
         // As perftest: the smaller MTU of the two, and a buffer that covers the larger cycle
         // buffer the peer's requests walk through.
         let path_mtu = peer.agreed_mtu(Mtu::from_bytes(mtu).ok_or("bad MTU")?);
-        if (peer.cycle_buffer as usize).max(SIZE) * 2 > buf_len {
-            return Err(format!(
-                "peer's cycle buffer {} is larger than ours can serve",
-                peer.cycle_buffer
-            ));
-        }
+        // Each half of the buffer (SIZE fits it) must hold the peer's cycle buffer.
+        peer.check_cycle_buffer(buf_len / 2).map_err(e)?;
         let remote = RcEndpoint {
             qpn: peer.keys.qpn,
             psn: peer.keys.psn,
