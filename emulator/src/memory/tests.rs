@@ -431,6 +431,11 @@ fn gather_checks_every_sge_first() {
     );
 }
 
+/// Every (offset, length) window of an `n`-byte list, the empty ones included.
+fn windows(n: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..n).flat_map(move |offset| (0..=n - offset).map(move |len| (offset, len)))
+}
+
 #[test]
 fn gather_at_copies_one_packets_range_across_sges() {
     let t = MrTable::new(4);
@@ -438,12 +443,10 @@ fn gather_at_copies_one_packets_range_across_sges() {
     let sges = split_list(base, k.lkey, 28, 4);
     // The list reads 4 5 6 28 29 30 31; every window of it, at every offset.
     let list = [4u8, 5, 6, 28, 29, 30, 31];
-    for offset in 0..list.len() {
-        for len in 0..=list.len() - offset {
-            let mut out = vec![0xee; len];
-            t.gather_at(PD, &sges, offset as u64, &mut out).unwrap();
-            assert_eq!(out, list[offset..offset + len], "offset {offset} len {len}");
-        }
+    for (offset, len) in windows(list.len()) {
+        let mut out = vec![0xee; len];
+        t.gather_at(PD, &sges, offset as u64, &mut out).unwrap();
+        assert_eq!(out, list[offset..offset + len], "offset {offset} len {len}");
     }
     // Past the end of the list: an error, and nothing copied.
     let mut out = [0xee; 3];
@@ -491,20 +494,18 @@ fn local_slice_names_a_range_inside_one_sge_and_reads_it_in_place() {
     // The list reads 4 5 6 | 28 29 30 31: ranges inside one SGE are named in place and read
     // back as gather_at copies them; ranges across SGEs (or empty) are left to gather_at.
     let list = [4u8, 5, 6, 28, 29, 30, 31];
-    for offset in 0..list.len() {
-        for len in 0..=list.len() - offset {
-            let one_sge = len > 0 && (offset + len <= 3 || offset >= 3);
-            let slice = t.local_slice(PD, &sges, offset as u64, len).unwrap();
-            assert_eq!(slice.is_some(), one_sge, "offset {offset} len {len}");
-            if let Some(slice) = slice {
-                let reader = t.reader();
-                let bytes = reader.bytes(&slice).unwrap();
-                assert_eq!(
-                    bytes,
-                    &list[offset..offset + len],
-                    "offset {offset} len {len}"
-                );
-            }
+    for (offset, len) in windows(list.len()) {
+        let one_sge = len > 0 && (offset + len <= 3 || offset >= 3);
+        let slice = t.local_slice(PD, &sges, offset as u64, len).unwrap();
+        assert_eq!(slice.is_some(), one_sge, "offset {offset} len {len}");
+        if let Some(slice) = slice {
+            let reader = t.reader();
+            let bytes = reader.bytes(&slice).unwrap();
+            assert_eq!(
+                bytes,
+                &list[offset..offset + len],
+                "offset {offset} len {len}"
+            );
         }
     }
     // The checks of gather_at, with its errors.
