@@ -18,9 +18,13 @@ pub const MAX_UNACKED_PSNS: i32 = 128;
 pub const MAX_PACKETS_PER_ACK: u32 = 64;
 /// A QP that coalesces ACKs asks for one at least every this many packets (or every half
 /// send queue, if that is less), so that the WQEs nobody waits for still leave the queue
-/// steadily: a quarter of [`MAX_UNACKED_PSNS`], which keeps a stream's window open while
-/// it halves the ACKs of 16 (64 KiB WRITEs over UDP: +9% in alternating runs).
-pub const COALESCED_PACKETS_PER_ACK: u32 = 32;
+/// steadily: half of [`MAX_UNACKED_PSNS`], as often as rxe asks within a long message
+/// ([`MAX_PACKETS_PER_ACK`]). The window stays open (the ACK of the first half arrives
+/// while the second half is sent), and every ACK less saves the responder a send and the
+/// requester a receive. Measured with `softverbs perf write_bw --loopback -s 65536
+/// --baseline --rounds 5`, three alternating runs each: 16 -> 32 packets gave +9%, 32 -> 64
+/// a median ratio to raw UDP of 0.73 against 0.67 (64 B WRITEs: +4% Mpps).
+pub const COALESCED_PACKETS_PER_ACK: u32 = 64;
 /// The shortest local ACK timeout (the QP attribute, 4.096 µs × 2^10 = 4.2 ms) under which
 /// ACKs are coalesced. A softverbs responder sends an owed ACK within a fraction of that
 /// when the traffic stops; rxe's sends none, and the requester's timer retransmits with an
