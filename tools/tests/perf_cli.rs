@@ -251,6 +251,8 @@ fn bad_arguments_are_errors_not_panics() {
         &["udp-baseline", "127.0.0.1"],
         &["write_bw", "no.such.host.invalid"],
         &["write_bw", "--loopback", "--no-verify"],
+        &["write_bw", "--loopback", "--rounds", "3"],
+        &["write_bw", "--loopback", "--baseline", "--rounds", "0"],
     ] {
         let o = perf(args);
         let out = text(&o);
@@ -309,4 +311,41 @@ fn a_read_bw_baseline_sends_read_responses() {
         out.contains("\"verb\":\"READ\",\"verb_datagrams\":[1044,1044]"),
         "{out}"
     );
+}
+
+/// The numbers of the array after `"key":` (the first occurrence), `[[a,b],[c]]` flattened.
+fn numbers(json: &str, key: &str) -> Vec<f64> {
+    let pat = format!("\"{key}\":");
+    let start = json
+        .find(&pat)
+        .unwrap_or_else(|| panic!("no {key} in {json}"))
+        + pat.len();
+    let (mut depth, mut end) = (0, start);
+    for (i, c) in json[start..].char_indices() {
+        depth += match c {
+            '[' => 1,
+            ']' => -1,
+            _ => 0,
+        };
+        if depth == 0 {
+            end = start + i;
+            break;
+        }
+    }
+    json[start..end]
+        .split(['[', ']', ','])
+        .filter(|x| !x.is_empty())
+        .map(|x| x.parse().unwrap_or_else(|_| panic!("{key} in {json}")))
+        .collect()
+}
+
+#[test]
+fn rounds_report_the_median_round_with_every_ratio() {
+    let out = with_baseline(&["write_bw", "-s", "4096", "-n", "20", "--rounds", "3"]);
+    let mut ratios = numbers(&out, "round_ratios");
+    assert_eq!(ratios.len(), 3, "{out}");
+    assert!(ratios.iter().all(|&r| r > 0.0), "{out}");
+    ratios.sort_by(f64::total_cmp);
+    // The row shown is the median round's, baseline included (checked by with_baseline).
+    assert_eq!(field(&out, "ratio_to_udp"), ratios[1], "{out}");
 }

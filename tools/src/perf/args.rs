@@ -166,6 +166,11 @@ pub struct PerfArgs {
     /// as a ratio to it (--loopback over the UDP link or in-process link).
     #[arg(long)]
     pub baseline: bool,
+    /// With --baseline: run the test and its baseline alternately this many times and report
+    /// the round whose ratio is the median, with every round's ratio (a shared machine's
+    /// noise then falls on both sides of each ratio alike).
+    #[arg(long, default_value_t = 1)]
+    pub rounds: u32,
     /// Machine-readable output (one JSON document on stdout).
     #[arg(long)]
     pub json: bool,
@@ -222,6 +227,8 @@ pub struct Settings {
     pub port: u16,
     /// Run the UDP baseline too.
     pub baseline: bool,
+    /// Alternations of test and baseline (1 without --baseline).
+    pub rounds: u32,
     /// JSON output.
     pub json: bool,
     /// Skip the data checks (a peer that is real perftest).
@@ -237,6 +244,9 @@ pub const MAX_QPS: u32 = 16_384;
 pub const MAX_TX_DEPTH: u32 = 0x4000;
 /// Longest run per size.
 pub const MAX_DURATION_S: f64 = 3600.0;
+/// Most alternations of `--rounds`.
+pub const MAX_ROUNDS: u32 = 99;
+
 /// Largest inline size the device grants.
 pub const MAX_INLINE: u32 = 400;
 
@@ -368,6 +378,14 @@ impl PerfArgs {
                 "--baseline needs --loopback (the baseline runs on loopback)",
             ));
         }
+        if self.rounds == 0 || self.rounds > MAX_ROUNDS {
+            return Err(bad(format!("--rounds must be 1..={MAX_ROUNDS}")));
+        }
+        if self.rounds > 1 && !self.baseline {
+            return Err(bad(
+                "--rounds alternates the test with its baseline: give --baseline too",
+            ));
+        }
         let qp_bytes = sizes.iter().copied().max().unwrap_or(0);
         if (qp_bytes as u128) * 2 > isize::MAX as u128 {
             return Err(bad("sizes too large"));
@@ -389,6 +407,7 @@ impl PerfArgs {
             device: self.device.clone(),
             port: self.port,
             baseline: self.baseline,
+            rounds: self.rounds,
             json: self.json,
             no_verify: self.no_verify,
         })

@@ -109,75 +109,132 @@ pub fn run(s: &Settings) -> VerbsResult<()> {
             let device = s.device.clone().unwrap_or_else(|| "softrxe1".into());
             let comm = oob::connect(*addr)?;
             let (rows, _) = drive(s, &device, comm)?;
-            print_client(
-                s,
-                &device,
-                "udp, two processes",
-                &rows,
-                &[],
-                None,
-                Memory::default(),
-            );
+            let report = ClientReport {
+                device,
+                rows,
+                ..ClientReport::default()
+            };
+            print_client(s, "udp, two processes", &report);
             Ok(())
         }
         Role::Loopback => {
-            let before = rss_bytes();
-            let (server_dev, client_dev) = match s.link {
-                LinkKind::Udp => listed_devices()?,
-                LinkKind::Inproc => inproc_devices()?,
-            };
-            let listener = oob::listen(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0))?;
-            let addr = listener.local_addr().map_err(|e| VerbsError::Io {
-                errno: e.raw_os_error().unwrap_or(5),
-                message: e.to_string(),
-            })?;
-            let server_settings = s.clone();
-            let server = std::thread::Builder::new()
-                .name("perf-server".into())
-                .spawn(move || -> VerbsResult<Vec<ServerRow>> {
-                    let comm = oob::accept(&listener)?;
-                    serve(&server_settings, &server_dev, comm)
-                })
-                .map_err(|e| VerbsError::Io {
-                    errno: e.raw_os_error().unwrap_or(11),
-                    message: format!("spawning the server thread: {e}"),
-                })?;
-            let client = oob::connect(addr).and_then(|comm| drive(s, &client_dev, comm));
-            let served = server
-                .join()
-                .map_err(|_| VerbsError::inval("the server thread panicked"))?;
-            // When both fail, either may have caused the other's failure: say both.
-            let (rows, connected, served) = match (client, served) {
-                (Ok((rows, connected)), Ok(served)) => (rows, connected, served),
-                (Err(c), Err(sv)) => {
-                    return Err(VerbsError::Io {
-                        errno: c.errno(),
-                        message: format!("client: {c}; server: {sv}"),
-                    })
-                }
-                (Err(e), _) | (_, Err(e)) => return Err(e),
-            };
-            let memory = Memory { before, connected };
-            let baselines = if s.baseline {
-                baselines(s)?
-            } else {
-                Vec::new()
-            };
+            let mut rounds = Vec::with_capacity(s.rounds as usize);
+            for _ in 0..s.rounds {
+                rounds.push(loopback_round(s)?);
+            }
             let link = match s.link {
                 LinkKind::Udp => "udp",
                 LinkKind::Inproc => "inproc",
             };
-            print_client(
-                s,
-                &client_dev,
-                link,
-                &rows,
-                &served,
-                Some(&baselines),
-                memory,
-            );
+            print_client(s, link, &ClientReport::median_round(rounds));
             Ok(())
         }
+    }
+}
+
+/// One `--loopback` run: the test between a server thread and this thread, then the
+/// baseline of every size if asked for.
+struct Round {
+    client_device: String,
+    rows: Vec<Row>,
+    served: Vec<ServerRow>,
+    baselines: Vec<Baseline>,
+    memory: Memory,
+}
+
+fn loopback_round(s: &Settings) -> VerbsResult<Round> {
+    let before = rss_bytes();
+    let (server_dev, client_dev) = match s.link {
+        LinkKind::Udp => listed_devices()?,
+        LinkKind::Inproc => inproc_devices()?,
+    };
+    let listener = oob::listen(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0))?;
+    let addr = listener.local_addr().map_err(|e| VerbsError::Io {
+        errno: e.raw_os_error().unwrap_or(5),
+        message: e.to_string(),
+    })?;
+    let server_settings = s.clone();
+    let server = std::thread::Builder::new()
+        .name("perf-server".into())
+        .spawn(move || -> VerbsResult<Vec<ServerRow>> {
+            let comm = oob::accept(&listener)?;
+            serve(&server_settings, &server_dev, comm)
+        })
+        .map_err(|e| VerbsError::Io {
+            errno: e.raw_os_error().unwrap_or(11),
+            message: format!("spawning the server thread: {e}"),
+        })?;
+    let client = oob::connect(addr).and_then(|comm| drive(s, &client_dev, comm));
+    let served = server
+        .join()
+        .map_err(|_| VerbsError::inval("the server thread panicked"))?;
+    // When both fail, either may have caused the other's failure: say both.
+    let (rows, connected, served) = match (client, served) {
+        (Ok((rows, connected)), Ok(served)) => (rows, connected, served),
+        (Err(c), Err(sv)) => {
+            return Err(VerbsError::Io {
+                errno: c.errno(),
+                message: format!("client: {c}; server: {sv}"),
+            })
+        }
+        (Err(e), _) | (_, Err(e)) => return Err(e),
+    };
+    let baselines = if s.baseline {
+        baselines(s)?
+    } else {
+        Vec::new()
+    };
+    Ok(Round {
+        client_device: client_dev,
+        rows,
+        served,
+        baselines,
+        memory: Memory { before, connected },
+    })
+}
+
+/// What the client prints: its rows, and in one process what the server saw, the
+/// baselines and the rounds.
+#[derive(Default)]
+struct ClientReport {
+    device: String,
+    rows: Vec<Row>,
+    served: Vec<ServerRow>,
+    baselines: Vec<Baseline>,
+    memory: Memory,
+    /// Per size, the ratio of each round in the order they ran (empty without a baseline).
+    round_ratios: Vec<Vec<f64>>,
+}
+
+impl ClientReport {
+    /// The rounds of a run reduced to one result per size: the round whose ratio to its own
+    /// baseline is the median (the lower one of an even count), with every round's ratio.
+    fn median_round(rounds: Vec<Round>) -> ClientReport {
+        let first = &rounds[0];
+        let mut out = ClientReport {
+            device: first.client_device.clone(),
+            // The first round opened the devices: later ones reuse what it left.
+            memory: first.memory,
+            ..ClientReport::default()
+        };
+        for i in 0..first.rows.len() {
+            let ratios: Vec<Option<f64>> = rounds
+                .iter()
+                .map(|r| r.rows.get(i).and_then(|row| ratio(row, r.baselines.get(i))))
+                .collect();
+            let mut order: Vec<usize> = (0..rounds.len()).collect();
+            order.sort_by(|&a, &b| {
+                let key = |k: usize| ratios[k].unwrap_or(f64::INFINITY);
+                key(a).total_cmp(&key(b))
+            });
+            let pick = &rounds[order[(order.len() - 1) / 2]];
+            out.rows.extend(pick.rows.get(i).cloned());
+            out.served.extend(pick.served.get(i).cloned());
+            out.baselines.extend(pick.baselines.get(i).cloned());
+            out.round_ratios
+                .push(ratios.into_iter().flatten().collect());
+        }
+        out
     }
 }
 
@@ -452,18 +509,18 @@ fn ratio(row: &Row, b: Option<&Baseline>) -> Option<f64> {
     }
 }
 
-fn print_client(
-    s: &Settings,
-    device: &str,
-    link: &str,
-    rows: &[Row],
-    served: &[ServerRow],
-    baselines: Option<&[Baseline]>,
-    memory: Memory,
-) {
+fn print_client(s: &Settings, link: &str, client: &ClientReport) {
+    let ClientReport {
+        device,
+        rows,
+        served,
+        baselines,
+        memory,
+        round_ratios,
+    } = client;
     let opt = |x: Option<u64>| x.map_or("null".to_string(), |v| v.to_string());
-    let with_ratio = baselines.is_some_and(|b| !b.is_empty());
-    let base_of = |i: usize| baselines.and_then(|b| b.get(i));
+    let with_ratio = !baselines.is_empty();
+    let base_of = |i: usize| baselines.get(i);
     let server_verified = |i: usize| served.get(i).map_or(0, |r| r.verified_bytes);
     if s.json {
         let items: Vec<String> = rows
@@ -482,15 +539,11 @@ fn print_client(
                 }
             })
             .collect();
-        let bases: Vec<String> = baselines
-            .unwrap_or(&[])
-            .iter()
-            .map(report::baseline_json)
-            .collect();
+        let bases: Vec<String> = baselines.iter().map(report::baseline_json).collect();
         println!(
             "{{\"test\":{},\"device\":{},\"link\":{},\"qps\":{},\"mtu\":{},\"tx_depth\":{},\
              \"post_list\":{},\"cq_mod\":{},\"inline\":{},\"cpus\":{},\"results\":[{}],\
-             \"baseline\":[{}],\"rss_before_bytes\":{},\"rss_connected_bytes\":{}}}",
+             \"baseline\":[{}],\"round_ratios\":[{}],\"rss_before_bytes\":{},\"rss_connected_bytes\":{}}}",
             report::json_str(s.test.name()),
             report::json_str(device),
             report::json_str(link),
@@ -503,6 +556,14 @@ fn print_client(
             cpus(),
             items.join(","),
             bases.join(","),
+            round_ratios
+                .iter()
+                .map(|list| {
+                    let nums: Vec<String> = list.iter().map(|&x| report::json_num(x)).collect();
+                    format!("[{}]", nums.join(","))
+                })
+                .collect::<Vec<_>>()
+                .join(","),
             opt(memory.before),
             opt(memory.connected)
         );
@@ -530,8 +591,22 @@ fn print_client(
         }
         verified += server_verified(i);
     }
-    if let Some(list) = baselines.filter(|b| !b.is_empty()) {
-        for (b, &size) in list.iter().zip(&s.sizes) {
+    if with_ratio {
+        for (i, (b, &size)) in baselines.iter().zip(&s.sizes).enumerate() {
+            if let Some(ratios) = round_ratios.get(i).filter(|r| r.len() > 1) {
+                let shown: Vec<String> = ratios
+                    .iter()
+                    .map(|&x| match s.test.is_latency() {
+                        true => format!("{x:.2}x"),
+                        false => format!("{:.1}%", x * 100.0),
+                    })
+                    .collect();
+                println!(
+                    "    {} rounds for {size} B, each the test then its baseline: {}; the row above is the median round",
+                    ratios.len(),
+                    shown.join(" ")
+                );
+            }
             println!(
                 "    UDP baseline for {size} B: {:.2} MB/s raw UDP carrying the {}'s own datagrams ({}) as softverbs batches them; {:.2} MB/s with equal {} B datagrams ({}); ping-pong half RTT {:.2} us (blocking {:.2}, busy-poll {:.2})",
                 b.bw_mbs,
