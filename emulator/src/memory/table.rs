@@ -57,6 +57,20 @@ pub struct LocalSlice {
     pub len: u32,
 }
 
+impl LocalSlice {
+    /// Bytes `range` of the slice (relative to its start), `None` if they are not all in it.
+    pub fn part(&self, range: std::ops::Range<u32>) -> Option<LocalSlice> {
+        if range.start > range.end || range.end > self.len {
+            return None;
+        }
+        Some(LocalSlice {
+            addr: self.addr.checked_add(u64::from(range.start))?,
+            len: range.end - range.start,
+            ..*self
+        })
+    }
+}
+
 /// The table held for reading: no region is deregistered while it lives, so the bytes it
 /// lends stay valid. Held across a send call; `deregister` waits for it.
 pub struct MrReader<'a>(RwLockReadGuard<'a, Inner>);
@@ -174,6 +188,17 @@ impl Inner {
         va: u64,
         len: u64,
     ) -> Result<Span<'_>, MemError> {
+        self.checked_region(pd, key, remote, need)?.span(va, len)
+    }
+
+    /// The region `key` names, checked to be `pd`'s and to allow `need`.
+    fn checked_region(
+        &self,
+        pd: u32,
+        key: u32,
+        remote: bool,
+        need: AccessFlags,
+    ) -> Result<&Region, MemError> {
         let region = self.region_by(key, remote)?;
         if region.pd != pd {
             return Err(MemError::PdMismatch);
@@ -181,7 +206,7 @@ impl Inner {
         if !region.access.contains(need) {
             return Err(MemError::AccessDenied);
         }
-        region.span(va, len)
+        Ok(region)
     }
 
     /// The checked span `[va, va + len)` a peer's request on `who` reaches through `rkey`
@@ -194,14 +219,49 @@ impl Inner {
         va: u64,
         len: u64,
     ) -> Result<Span<'_>, MemError> {
+        self.remote_region(who, rkey, need, va, len)?.span(va, len)
+    }
+
+    /// The region a peer's request on `who` reaches through `rkey` with `need` for
+    /// `[va, va + len)` (window bounds checked; the caller checks the region's own).
+    fn remote_region(
+        &self,
+        who: RemoteAccessor,
+        rkey: u32,
+        need: AccessFlags,
+        va: u64,
+        len: u64,
+    ) -> Result<&Region, MemError> {
         if !is_window_key(rkey) {
-            return self.span(who.pd, rkey, true, need, va, len);
+            return self.checked_region(who.pd, rkey, true, need);
         }
         let binding = self
             .windows
             .resolve(who.pd, who.qpn, rkey, need, Some((va, len)))?;
         // The region outlives the binding: deregistration fails while it exists.
-        self.region_by(binding.mr_lkey, false)?.span(va, len)
+        self.region_by(binding.mr_lkey, false)
+    }
+
+    /// See [`MrTable::remote_slice`].
+    fn remote_slice(
+        &self,
+        who: RemoteAccessor,
+        rkey: u32,
+        va: u64,
+        len: u32,
+    ) -> Result<Option<LocalSlice>, MemError> {
+        if len == 0 {
+            return Ok(None);
+        }
+        let need = AccessFlags::REMOTE_READ;
+        let region = self.remote_region(who, rkey, need, va, len.into())?;
+        region.span(va, len.into())?;
+        Ok(Some(LocalSlice {
+            pd: region.pd,
+            lkey: region.lkey,
+            addr: va,
+            len,
+        }))
     }
 
     /// What a bind needs to know of the region `lkey` names, if any.
@@ -542,13 +602,34 @@ impl MrTable {
         len: u32,
         out: &mut Vec<u8>,
     ) -> Result<(), MemError> {
-        if len == 0 {
-            return Ok(());
+        let reader = self.reader();
+        if let Some(slice) = reader.0.remote_slice(who.into(), rkey, va, len)? {
+            out.extend_from_slice(reader.bytes(&slice)?);
         }
-        let inner = self.inner.read();
-        inner
-            .remote_span(who.into(), rkey, AccessFlags::REMOTE_READ, va, len.into())?
-            .append_to(out);
+        Ok(())
+    }
+
+    /// A peer's RDMA READ checked as [`MrTable::remote_read`] checks it, but not copied: the
+    /// range as a slice of the region it lies in (a window's rkey is resolved to its
+    /// region), for responses that read their payload when they are built or sent. `None`
+    /// for a zero-length read, which checks nothing.
+    pub fn remote_slice(
+        &self,
+        who: impl Into<RemoteAccessor>,
+        rkey: u32,
+        va: u64,
+        len: u32,
+    ) -> Result<Option<LocalSlice>, MemError> {
+        self.inner.read().remote_slice(who.into(), rkey, va, len)
+    }
+
+    /// Copies the bytes of `slice` into `out`, checked again as [`MrReader::bytes`] checks
+    /// them; `LengthExceeded` if `out` is not the slice's length.
+    pub fn read_slice(&self, slice: &LocalSlice, out: &mut [u8]) -> Result<(), MemError> {
+        if out.len() != slice.len as usize {
+            return Err(MemError::LengthExceeded);
+        }
+        out.copy_from_slice(self.reader().bytes(slice)?);
         Ok(())
     }
 

@@ -526,6 +526,58 @@ fn local_slice_names_a_range_inside_one_sge_and_reads_it_in_place() {
 }
 
 #[test]
+fn remote_slice_names_a_read_in_place_and_its_parts_read_back() {
+    let t = MrTable::new(4);
+    let mut g = Guarded::new(32);
+    let base = g.addr();
+    let k = t.register(PD, base, 32, rw()).unwrap();
+    g.buf[GUARD..GUARD + 32].copy_from_slice(&(0..32u8).collect::<Vec<_>>());
+    let whole = t.remote_slice(PD, k.rkey, base + 10, 20).unwrap().unwrap();
+    assert_eq!((whole.lkey, whole.addr, whole.len), (k.lkey, base + 10, 20));
+    let expected: Vec<u8> = (10..30).collect();
+    for (offset, len) in windows(20) {
+        let range = offset as u32..(offset + len) as u32;
+        let part = whole.part(range.clone()).unwrap();
+        let mut got = vec![0u8; len];
+        t.read_slice(&part, &mut got).unwrap();
+        assert_eq!(got, &expected[offset..offset + len], "{range:?}");
+    }
+    assert_eq!(whole.part(15..21), None, "a part past the end");
+    #[allow(clippy::reversed_empty_ranges)]
+    let backwards = whole.part(5..4);
+    assert_eq!(backwards, None);
+    assert_eq!(
+        t.read_slice(&whole, &mut [0u8; 19]),
+        Err(MemError::LengthExceeded)
+    );
+    // remote_read's checks and errors; a zero-length read checks nothing.
+    assert_eq!(t.remote_slice(PD, 0x1234, 0, 0), Ok(None));
+    assert_eq!(
+        t.remote_slice(PD, k.rkey, base + 60, 5),
+        Err(MemError::OutOfBounds)
+    );
+    assert_eq!(
+        t.remote_slice(PD + 1, k.rkey, base, 1),
+        Err(MemError::PdMismatch)
+    );
+    assert_eq!(
+        t.remote_slice(PD, k.lkey ^ 0x80, base, 1),
+        Err(MemError::InvalidKey)
+    );
+    let (_g2, base2, no_remote) = counting_region(&t);
+    assert_eq!(
+        t.remote_slice(PD, no_remote.rkey, base2, 1),
+        Err(MemError::AccessDenied)
+    );
+    // Its region gone, the slice no longer reads.
+    t.deregister(k.lkey).unwrap();
+    assert_eq!(
+        t.read_slice(&whole, &mut [0u8; 20]),
+        Err(MemError::InvalidKey)
+    );
+}
+
+#[test]
 fn deregister_waits_for_a_reader() {
     let t = Arc::new(MrTable::new(4));
     let (_g, _base, k) = counting_region(&t);

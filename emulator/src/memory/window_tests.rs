@@ -105,6 +105,17 @@ fn type2_bind_access_invalidate() {
     let mut out = Vec::new();
     f.t.remote_read(on_qp(), rkey, va + 8, 8, &mut out).unwrap();
     assert_eq!(out, [7; 8]);
+    // A READ's slice through the window names the region it lies in.
+    let slice = f.t.remote_slice(on_qp(), rkey, va + 8, 8).unwrap().unwrap();
+    assert_eq!((slice.lkey, slice.addr, slice.len), (f.lkey, va + 8, 8));
+    let mut read = [0u8; 8];
+    f.t.read_slice(&slice, &mut read).unwrap();
+    assert_eq!(read, [7; 8]);
+    assert_eq!(
+        f.t.remote_slice(on_qp(), rkey, va + 31, 2),
+        Err(MemError::OutOfBounds),
+        "past the window's end, inside the region"
+    );
 
     // Outside the window (though inside the region), a right it does not grant, another
     // QP, no QP, the key before the bind, and the region's own rkey (no remote rights).

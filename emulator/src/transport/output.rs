@@ -118,6 +118,16 @@ impl Outputs {
     }
 }
 
+/// Stands in for a payload that is read from registered memory rather than copied from
+/// the repr: only its length is used.
+static PAYLOAD_STAND_IN: [u8; 4096] = [0; 4096];
+
+/// A `len`-byte stand-in for a repr's payload (see [`OutPacket::build_filled`] and
+/// [`OutPacket::build_by_reference`]); `None` beyond 4096 bytes, the largest MTU.
+pub(crate) fn payload_stand_in(len: usize) -> Option<&'static [u8]> {
+    PAYLOAD_STAND_IN.get(..len)
+}
+
 impl OutPacket {
     /// Emits `repr` for `path`, leaving room for the ICRC. `None` only if the repr is
     /// inconsistent with the opcode table (a transport bug, counted by the caller).

@@ -303,10 +303,6 @@ fn start_wqe(qp: &mut TransportQp, index: usize, env: &Env<'_>, mtu: u64) -> boo
     true
 }
 
-/// Stands in for a payload that is gathered straight into the packet: only its length is
-/// used (a packet carries at most 4096 bytes, the largest MTU).
-static GATHERED_PAYLOAD: [u8; 4096] = [0; 4096];
-
 /// Builds the requester's next packet of WQE `index`: the packet, the PSNs it uses, whether
 /// it is the WQE's last request packet, and whether it asks for an ACK. The error is the
 /// WQE's completion status: LOC_PROT_ERR if its gather list no longer reads (a region
@@ -344,7 +340,7 @@ fn build_packet(
                 Some(data) => data
                     .get(offset as usize..offset as usize + len)
                     .ok_or(op_err)?,
-                None => GATHERED_PAYLOAD.get(..len).ok_or(op_err)?,
+                None => super::output::payload_stand_in(len).ok_or(op_err)?,
             }
         }
     };

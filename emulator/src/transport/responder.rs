@@ -493,21 +493,26 @@ fn execute_read(
         }
         return;
     }
-    let mut data = Vec::with_capacity(reth.dma_len as usize);
-    if let Err(e) = env
+    // Checked whole now; each response reads its part when it is built or sent, so a
+    // large READ is never copied out as a whole.
+    let data = match env
         .mem
-        .remote_read(accessor(qp), reth.rkey, reth.va, reth.dma_len, &mut data)
+        .remote_slice(accessor(qp), reth.rkey, reth.va, reth.dma_len)
     {
-        if !duplicate {
-            nak_and_fail(qp, psn, nak_for(e), None, out);
+        Ok(data) => data,
+        Err(e) => {
+            if !duplicate {
+                nak_and_fail(qp, psn, nak_for(e), None, out);
+            }
+            return;
         }
-        return;
-    }
+    };
     if !duplicate {
         count_message(qp);
     }
-    let mtu = qp.attr.path_mtu.bytes() as usize;
-    let count = data.len().div_ceil(mtu).max(1);
+    let mtu = qp.attr.path_mtu.bytes();
+    let len = data.map_or(0, |d| d.len);
+    let count = len.div_ceil(mtu).max(1);
     for i in 0..count {
         let opcode = match (i == 0, i + 1 == count) {
             (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
@@ -515,10 +520,14 @@ fn execute_read(
             (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
             (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
         };
-        let chunk = &data[(i * mtu).min(data.len())..((i + 1) * mtu).min(data.len())];
+        let part = data.and_then(|d| d.part(i * mtu..((i + 1) * mtu).min(len)));
+        let part_len = part.map_or(0, |p| p.len as usize);
+        let Some(stand_in) = super::output::payload_stand_in(part_len) else {
+            return;
+        };
         let mut repr = RoceRepr::new(
-            BthRepr::new(opcode, qp.attr.dest_qp_num, psn.add(i as u32)),
-            chunk,
+            BthRepr::new(opcode, qp.attr.dest_qp_num, psn.add(i)),
+            stand_in,
         );
         let carries_aeth = opcode
             .info()
@@ -526,10 +535,10 @@ fn execute_read(
         if carries_aeth {
             repr.aeth = Some(AethRepr::ack(qp.resp.msn));
         }
-        emit(qp, &repr, out);
+        emit_from_memory(qp, &repr, part, env, out);
     }
     if !duplicate {
-        qp.resp.epsn = psn.add(count as u32);
+        qp.resp.epsn = psn.add(count);
     }
 }
 
@@ -783,13 +792,46 @@ fn send_atomic_ack(qp: &mut TransportQp, psn: Psn, orig: u64, out: &mut Outputs)
     emit(qp, &repr, out);
 }
 
+/// Like [`emit`], with the payload at `part` of registered memory (`None`: `repr`'s own):
+/// left there for a driver that reads it at send time, copied in otherwise. A part whose
+/// region went since it was checked sends nothing: the requester retries and meets the
+/// check again.
+fn emit_from_memory(
+    qp: &mut TransportQp,
+    repr: &RoceRepr<'_>,
+    part: Option<crate::memory::LocalSlice>,
+    env: &Env<'_>,
+    out: &mut Outputs,
+) {
+    let (Some(part), Some(path)) = (part, qp.path) else {
+        return emit(qp, repr, out);
+    };
+    let packet = if env.payload_by_reference {
+        OutPacket::build_by_reference(&path, repr, part)
+    } else {
+        OutPacket::build_filled(&path, repr, |buf| env.mem.read_slice(&part, buf))
+            .ok()
+            .flatten()
+    };
+    push_response(qp, repr, packet, out);
+}
+
 fn emit(qp: &mut TransportQp, repr: &RoceRepr<'_>, out: &mut Outputs) {
     let Some(path) = qp.path else { return };
+    push_response(qp, repr, OutPacket::build(&path, repr), out);
+}
+
+fn push_response(
+    qp: &mut TransportQp,
+    repr: &RoceRepr<'_>,
+    packet: Option<OutPacket>,
+    out: &mut Outputs,
+) {
     if repr.aeth.is_some() {
         // Every ACK, NAK and response with an AETH acknowledges all requests before it.
         qp.resp.lazy_ack = None;
     }
-    if let Some(packet) = OutPacket::build(&path, repr) {
+    if let Some(packet) = packet {
         qp.counters.sent_responses += 1;
         out.packets.push(packet);
     }
