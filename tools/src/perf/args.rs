@@ -199,6 +199,8 @@ pub struct Settings {
     pub test: TestKind,
     /// Sizes to run, in order.
     pub sizes: Vec<usize>,
+    /// The sizes are a sweep (`-a`), run with perftest's sweep exchanges.
+    pub sweep: bool,
     /// Iterations per QP (ignored when `duration` is set).
     pub iters: u64,
     /// Run length per size, if by time.
@@ -393,6 +395,7 @@ impl PerfArgs {
         Ok(Settings {
             test,
             sizes,
+            sweep: self.all,
             iters,
             duration,
             qps: self.qps,

@@ -69,17 +69,18 @@ pub fn template(
 /// Prepares the client's buffer for a run of `size` bytes: the pattern to send, or zeros to
 /// read into.
 pub fn prepare_client(side: &Side, verb: Verb, size: usize) -> VerbsResult<()> {
-    side.mr.fill(0)?;
-    match verb {
-        Verb::Write | Verb::Send => {
-            let data: Vec<u8> = (0..size).map(|i| pattern_byte(size, i)).collect();
-            side.mr.write(side.src_off, &data)
-        }
-        Verb::Read | Verb::Atomic => Ok(()),
-    }
+    // Only this side's own half: the peer may already be writing into the lent half (a
+    // WRITE ping-pong's server writes first, and a sweep has no barrier between sizes).
+    let data: Vec<u8> = match verb {
+        Verb::Write | Verb::Send => (0..size).map(|i| pattern_byte(size, i)).collect(),
+        // Where the responses land: zeros, so that only what arrives passes the check.
+        Verb::Read | Verb::Atomic => vec![0; size.max(8)],
+    };
+    side.mr.write(side.src_off, &data)
 }
 
-/// Prepares the server's buffer: the pattern to be read, zeros to be written into, or a
+/// Prepares the server's buffer: the pattern to be read (that of a `size`-byte run; every
+/// READ of a sweep reads a prefix of the largest size's), zeros to be written into, or a
 /// zero counter to add to.
 pub fn prepare_server(side: &Side, verb: Verb, size: usize) -> VerbsResult<()> {
     side.mr.fill(0)?;
@@ -92,18 +93,28 @@ pub fn prepare_server(side: &Side, verb: Verb, size: usize) -> VerbsResult<()> {
     }
 }
 
-/// Bytes of `side`'s buffer at `offset` equal to the pattern of a `size`-byte run; EIO
-/// naming the first difference otherwise.
-pub fn verify_pattern(side: &Side, offset: usize, size: usize) -> VerbsResult<u64> {
+/// The `size` bytes of `side`'s buffer at `offset` equal to the start of the pattern of a
+/// `pattern_of`-byte run (the run's own size, or a READ sweep's largest: see
+/// [`prepare_server`]); EIO naming the first difference otherwise.
+pub fn verify_pattern(
+    side: &Side,
+    offset: usize,
+    size: usize,
+    pattern_of: usize,
+) -> VerbsResult<u64> {
     let mut got = vec![0u8; size];
     side.mr.read(offset, &mut got)?;
-    match got.iter().enumerate().find(|&(i, &b)| b != pattern_byte(size, i)) {
+    match got
+        .iter()
+        .enumerate()
+        .find(|&(i, &b)| b != pattern_byte(pattern_of, i))
+    {
         None => Ok(size as u64),
         Some((i, b)) => Err(VerbsError::Io {
             errno: 5,
             message: format!(
                 "data check failed: byte {i} of the {size}-byte message is {b:#04x}, expected {:#04x}",
-                pattern_byte(size, i)
+                pattern_byte(pattern_of, i)
             ),
         }),
     }
@@ -245,7 +256,7 @@ pub fn client(
     let rate = total_done as f64 / secs;
     let peak = if peak == 0.0 { rate } else { peak.max(rate) };
     let verified = match verb {
-        Verb::Read if !s.no_verify => verify_pattern(side, side.src_off, size)?,
+        Verb::Read if !s.no_verify => verify_pattern(side, side.src_off, size, side.max_size)?,
         _ => 0,
     };
     Ok(BwResult {

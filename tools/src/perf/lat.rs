@@ -254,7 +254,7 @@ pub fn client(
     let mut result = LatResult::from_samples(size, &mut samples, half);
     result.verified_bytes = match verb {
         Verb::Read if s.no_verify => 0,
-        Verb::Read => verify_pattern(side, side.src_off, size)?,
+        Verb::Read => verify_pattern(side, side.src_off, size, side.max_size)?,
         Verb::Atomic => 8 * i,
         Verb::Write => i,
         Verb::Send => size as u64 * i,

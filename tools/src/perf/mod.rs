@@ -16,6 +16,7 @@ mod setup;
 mod udp_baseline;
 
 pub use args::{PerfArgs, TestKind};
+pub use sequence::Sequence;
 
 use std::process::ExitCode;
 

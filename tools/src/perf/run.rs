@@ -25,6 +25,16 @@ pub enum Row {
     Lat(LatResult),
 }
 
+impl Row {
+    /// The message size.
+    fn size(&self) -> usize {
+        match self {
+            Row::Bw(r) => r.bytes,
+            Row::Lat(r) => r.bytes,
+        }
+    }
+}
+
 /// What the server saw for one size.
 #[derive(Debug, Clone, Default)]
 pub struct ServerRow {
@@ -229,7 +239,9 @@ impl ClientReport {
             });
             let pick = &rounds[order[(order.len() - 1) / 2]];
             out.rows.extend(pick.rows.get(i).cloned());
-            out.served.extend(pick.served.get(i).cloned());
+            let size = pick.rows.get(i).map(Row::size);
+            out.served
+                .extend(pick.served.iter().filter(|r| Some(r.size) == size).cloned());
             out.baselines.extend(pick.baselines.get(i).cloned());
             out.round_ratios
                 .push(ratios.into_iter().flatten().collect());
@@ -281,41 +293,58 @@ fn check_count(got: u64, expected: Option<u64>, what: &str) -> VerbsResult<()> {
 }
 
 /// The server: lends its buffer and QPs, answers ping-pongs, counts receives, verifies.
+/// A row per size it has something to say about: every size of the tests that count at
+/// the server, the last one (the client's report) of the others.
 fn serve(s: &Settings, device: &str, mut comm: PerftestComm) -> VerbsResult<Vec<ServerRow>> {
     let verb = s.test.verb().ok_or_else(|| VerbsError::inval("no verb"))?;
     let seq = Sequence::of(s.test);
     let side = connect_side(s, device, &mut comm)?;
     let me = side.keys()?[0];
+    // Without a barrier between sizes the client goes on at once: the buffer is prepared
+    // for the whole run (a READ's pattern is the largest size's, read in prefixes).
+    if !seq.barrier_before_each {
+        bw::prepare_server(&side, verb, side.max_size)?;
+    }
+    seq.setup(&mut comm, &me)?;
     let mut rows = Vec::new();
     for &size in &s.sizes {
-        bw::prepare_server(&side, verb, size)?;
-        seq.before_test(&mut comm, &me)?;
+        if seq.barrier_before_each {
+            bw::prepare_server(&side, verb, size)?;
+        }
+        seq.before_size(&mut comm, &me)?;
         let handled = match s.test {
             TestKind::SendBw => bw::server_recv(&side, size, &comm)?,
             TestKind::WriteLat => lat::server_write(&side, s, size, &comm)?,
             TestKind::SendLat => lat::server_send(&side, size, &comm)?,
             _ => 0,
         };
-        let report = if seq.report {
-            comm.barrier(&me, "finished")?;
-            Some(comm.xchg_report(size as u64, handled, 0.0, 0.0, 0.0)?)
-        } else {
-            None
+        seq.after_size(&mut comm, &me, s.sweep)?;
+        // Counts hold whoever the client is; data only against softverbs.
+        let expected = expected_count(s, None);
+        let (what, verified_bytes) = match s.test {
+            TestKind::SendBw => ("receives completed", verify_unless(s, &side, size)?),
+            TestKind::SendLat => ("SENDs answered", verify_unless(s, &side, size)?),
+            TestKind::WriteLat => ("WRITEs answered", 0),
+            _ => continue,
         };
-        let expected = expected_count(s, report);
-        // Counts hold whoever the client is; data (and the atomic counter, which perftest's
-        // clients spread over 64 slots of a random buffer) only against softverbs.
-        match s.test {
-            TestKind::SendBw => check_count(handled, expected, "receives completed")?,
-            TestKind::SendLat => check_count(handled, expected, "SENDs answered")?,
-            TestKind::WriteLat => check_count(handled, expected, "WRITEs answered")?,
-            _ => {}
-        }
+        check_count(handled, expected, what)?;
+        rows.push(ServerRow {
+            size,
+            report: None,
+            verified_bytes,
+            handled,
+        });
+    }
+    if seq.report {
+        let last = side.max_size;
+        comm.barrier(&me, "finished")?;
+        let report = comm.xchg_report(last as u64, 0, 0.0, 0.0, 0.0)?;
+        let expected = expected_count(s, Some(report));
+        // The last size's data, or the atomic counter (which perftest's clients spread over
+        // 64 slots of a random buffer, hence only against softverbs).
         let verified_bytes = match s.test {
-            _ if s.no_verify => 0,
-            TestKind::WriteBw | TestKind::SendBw => bw::verify_pattern(&side, 0, size)?,
-            TestKind::SendLat if size > 0 => bw::verify_pattern(&side, 0, size)?,
-            TestKind::AtomicBw => {
+            TestKind::WriteBw => verify_unless(s, &side, last)?,
+            TestKind::AtomicBw if !s.no_verify => {
                 let counter = bw::read_counter(&side)?;
                 check_count(counter, expected, "the counter after FETCH_AND_ADDs of 1")?;
                 8 * counter
@@ -323,10 +352,10 @@ fn serve(s: &Settings, device: &str, mut comm: PerftestComm) -> VerbsResult<Vec<
             _ => 0,
         };
         rows.push(ServerRow {
-            size,
-            report,
+            size: last,
+            report: Some(report),
             verified_bytes,
-            handled,
+            handled: 0,
         });
     }
     seq.end(comm, &me)?;
@@ -335,15 +364,26 @@ fn serve(s: &Settings, device: &str, mut comm: PerftestComm) -> VerbsResult<Vec<
     if s.test == TestKind::AtomicLat && !s.no_verify {
         let counter = bw::read_counter(&side)?;
         check_count(counter, expected_count(s, None), "the counter after adds")?;
-        if let Some(row) = rows.last_mut() {
-            row.handled = counter;
-            row.verified_bytes = 8;
-        }
+        rows.push(ServerRow {
+            size: 8,
+            report: None,
+            verified_bytes: 8,
+            handled: counter,
+        });
     }
     Ok(rows)
 }
 
-/// The client: runs each size and, where the test has one, reports it to the server.
+/// The pattern of a `size`-byte run checked at the start of `side`'s buffer, unless the
+/// peer is perftest (`--no-verify`); the bytes checked.
+fn verify_unless(s: &Settings, side: &Side, size: usize) -> VerbsResult<u64> {
+    if s.no_verify || size == 0 {
+        return Ok(0);
+    }
+    bw::verify_pattern(side, 0, size, size)
+}
+
+/// The client: runs each size and, where the test has one, reports the last to the server.
 fn drive(
     s: &Settings,
     device: &str,
@@ -356,31 +396,40 @@ fn drive(
     let rss_connected = rss_bytes();
     let me = side.keys()?[0];
     let peer = side.peer.clone();
+    // The half lent to the peer is cleared once, before the peer may write into it.
+    side.mr.fill(0)?;
+    seq.setup(&mut comm, &me)?;
     let mut rows = Vec::new();
     for &size in &s.sizes {
         bw::prepare_client(&side, verb, size)?;
-        seq.before_test(&mut comm, &me)?;
+        seq.before_size(&mut comm, &me)?;
         let row = if s.test.is_latency() {
             Row::Lat(lat::client(&side, s, size, &peer)?)
         } else {
             Row::Bw(bw::client(&side, s, size, &peer)?)
         };
-        if seq.report {
-            comm.barrier(&me, "finished")?;
-            match &row {
-                Row::Bw(r) => comm.xchg_report(
-                    size as u64,
-                    r.iterations,
-                    r.peak_mbs,
-                    r.avg_mbs,
-                    r.msg_rate_mpps,
-                )?,
-                Row::Lat(r) => {
-                    comm.xchg_report(size as u64, r.iterations, r.min_us, r.median_us, r.avg_us)?
-                }
-            };
-        }
+        seq.after_size(&mut comm, &me, s.sweep)?;
         rows.push(row);
+    }
+    if seq.report {
+        comm.barrier(&me, "finished")?;
+        match rows.last() {
+            Some(Row::Bw(r)) => comm.xchg_report(
+                r.bytes as u64,
+                r.iterations,
+                r.peak_mbs,
+                r.avg_mbs,
+                r.msg_rate_mpps,
+            )?,
+            Some(Row::Lat(r)) => comm.xchg_report(
+                r.bytes as u64,
+                r.iterations,
+                r.min_us,
+                r.median_us,
+                r.avg_us,
+            )?,
+            None => comm.xchg_report(0, 0, 0.0, 0.0, 0.0)?,
+        };
     }
     seq.end(comm, &me)?;
     Ok((rows, rss_connected))
@@ -521,7 +570,15 @@ fn print_client(s: &Settings, link: &str, client: &ClientReport) {
     let opt = |x: Option<u64>| x.map_or("null".to_string(), |v| v.to_string());
     let with_ratio = !baselines.is_empty();
     let base_of = |i: usize| baselines.get(i);
-    let server_verified = |i: usize| served.get(i).map_or(0, |r| r.verified_bytes);
+    // What the server checked of the size of row i.
+    let server_verified = |i: usize| {
+        let size = rows.get(i).map(Row::size);
+        served
+            .iter()
+            .filter(|r| Some(r.size) == size)
+            .map(|r| r.verified_bytes)
+            .sum::<u64>()
+    };
     if s.json {
         let items: Vec<String> = rows
             .iter()
@@ -624,10 +681,10 @@ fn print_client(s: &Settings, link: &str, client: &ClientReport) {
     if s.no_verify {
         println!("    data not checked (--no-verify), every completion successful");
     } else {
-        let by = if served.is_empty() {
-            " here (the server checks what it received)"
-        } else {
-            " on both sides"
+        let by = match (served.is_empty(), link.contains("two processes")) {
+            (false, _) => " on both sides",
+            (true, true) => " here (the server checks what it received)",
+            (true, false) => " here",
         };
         println!("    verified{by}: {verified} bytes, every completion successful");
     }
