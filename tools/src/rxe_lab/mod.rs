@@ -178,9 +178,9 @@ fn plan(args: &RunArgs) -> Vec<Case> {
                     kind: CaseKind::Perftest(kind),
                 });
             }
-            for kind in perf_cases::KINDS {
+            for kind in perf_cases::KINDS.into_iter().chain(perf_cases::SWEEPS) {
                 cases.push(Case {
-                    scenario: format!("softverbs perf vs {}", kind.program),
+                    scenario: kind.scenario(),
                     direction,
                     mtu,
                     kind: CaseKind::Perf(kind),
