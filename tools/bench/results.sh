@@ -45,7 +45,7 @@ for line in open(sys.argv[1]):
 r=() # rows
 row() { r+=("| $1 | \`softverbs perf $2\` | $3 | $4 | $5 |"); }
 
-A="write_bw --loopback -s 65536 -n 20000 --baseline"
+A="write_bw --loopback -s 65536 -n 20000 --baseline --rounds 5"
 bw=$(run "$A" 'd["results"][0]["bw_avg_mbs"]')
 ratio=$(run "$A" 'd["results"][0]["ratio_to_udp"]*100')
 base=$(run "$A" 'd["baseline"][0]["bw_mbs"]')
