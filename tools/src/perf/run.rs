@@ -214,6 +214,8 @@ struct ClientReport {
     memory: Memory,
     /// Per size, the ratio of each round in the order they ran (empty without a baseline).
     round_ratios: Vec<Vec<f64>>,
+    /// The server ran in this process (`--loopback`), so `served` is all it checked.
+    server_here: bool,
 }
 
 impl ClientReport {
@@ -225,6 +227,7 @@ impl ClientReport {
             device: first.client_device.clone(),
             // The first round opened the devices: later ones reuse what it left.
             memory: first.memory,
+            server_here: true,
             ..ClientReport::default()
         };
         for i in 0..first.rows.len() {
@@ -306,6 +309,8 @@ fn serve(s: &Settings, device: &str, mut comm: PerftestComm) -> VerbsResult<Vec<
         bw::prepare_server(&side, verb, side.max_size)?;
     }
     seq.setup(&mut comm, &me)?;
+    // Counts hold whoever the client is; data only against softverbs.
+    let expected = expected_count(s, None);
     let mut rows = Vec::new();
     for &size in &s.sizes {
         if seq.barrier_before_each {
@@ -319,8 +324,6 @@ fn serve(s: &Settings, device: &str, mut comm: PerftestComm) -> VerbsResult<Vec<
             _ => 0,
         };
         seq.after_size(&mut comm, &me, s.sweep)?;
-        // Counts hold whoever the client is; data only against softverbs.
-        let expected = expected_count(s, None);
         let (what, verified_bytes) = match s.test {
             TestKind::SendBw => ("receives completed", verify_unless(s, &side, size)?),
             TestKind::SendLat => ("SENDs answered", verify_unless(s, &side, size)?),
@@ -566,6 +569,7 @@ fn print_client(s: &Settings, link: &str, client: &ClientReport) {
         baselines,
         memory,
         round_ratios,
+        server_here,
     } = client;
     let opt = |x: Option<u64>| x.map_or("null".to_string(), |v| v.to_string());
     let with_ratio = !baselines.is_empty();
@@ -681,10 +685,10 @@ fn print_client(s: &Settings, link: &str, client: &ClientReport) {
     if s.no_verify {
         println!("    data not checked (--no-verify), every completion successful");
     } else {
-        let by = match (served.is_empty(), link.contains("two processes")) {
+        let by = match (served.is_empty(), server_here) {
             (false, _) => " on both sides",
-            (true, true) => " here (the server checks what it received)",
-            (true, false) => " here",
+            (true, false) => " here (the server checks what it received)",
+            (true, true) => " here",
         };
         println!("    verified{by}: {verified} bytes, every completion successful");
     }

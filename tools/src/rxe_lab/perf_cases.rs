@@ -12,6 +12,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::lab_env::{wait_exit, LabEnv};
+use super::perftest_cases::report_rows;
 use super::verb_cases::Direction;
 use crate::ibv_oob::IBV_PINGPONG_PORT;
 use crate::perf::{Sequence, TestKind};
@@ -328,14 +329,18 @@ pub fn run(
     };
     // perftest is the server when softverbs is the client.
     let theirs = if !is_client || kind.server_reports() {
-        check(kind.program, is_client, report_rows(&guest_lines, "#bytes"))?
+        check(
+            kind.program,
+            is_client,
+            report_rows(guest_lines.iter().map(String::as_str), "#bytes"),
+        )?
     } else {
         "none (its server only waits)".to_string()
     };
     if is_client || kind.server_reports() {
         // A client's report, or the lines of what a server received or answered (or of the
         // client's figures).
-        let ours = report_rows(&perf_lines, "--- softverbs perf");
+        let ours = report_rows(perf_lines.iter().map(String::as_str), "--- softverbs perf");
         check("softverbs perf", !is_client, ours)
             .map_err(|e| format!("{e}: {}", tail(&perf_lines)))?;
     }
@@ -349,18 +354,4 @@ pub fn run(
         kind.test.name(),
         kind.program,
     ))
-}
-
-/// The rows of a report: the lines starting with a number that follow the first line
-/// starting with `marker` (and any header lines after it), as fields.
-fn report_rows<'a>(lines: &'a [String], marker: &str) -> Vec<Vec<&'a str>> {
-    let is_row = |l: &&String| l.trim_start().starts_with(|c: char| c.is_ascii_digit());
-    lines
-        .iter()
-        .skip_while(|l| !l.trim_start().starts_with(marker))
-        .skip(1)
-        .skip_while(|l| !is_row(l))
-        .take_while(is_row)
-        .map(|l| l.split_whitespace().collect())
-        .collect()
 }

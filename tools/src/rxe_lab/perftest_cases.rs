@@ -72,20 +72,29 @@ fn wait_guest(mut child: Child) -> Result<String, String> {
             tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
         ));
     }
-    let report = report_fields(text.lines())
+    let report = report_rows(text.lines(), "#bytes")
+        .first()
         .map(|fields| fields.join(" "))
         .ok_or_else(|| format!("perftest printed no report: {}", text.trim()))?;
     Ok(report)
 }
 
-/// The fields of a bandwidth report, perftest's or `softverbs perf`'s: the line after the
-/// `#bytes #iterations ...` header.
-pub fn report_fields<'a>(lines: impl IntoIterator<Item = &'a str>) -> Option<Vec<&'a str>> {
-    let row = lines
+/// The rows of a report, perftest's or `softverbs perf`'s: the lines starting with a
+/// number that follow the first line starting with `marker` (perftest's `#bytes` header,
+/// or `softverbs perf`'s `---` line and any header after it), as fields.
+pub fn report_rows<'a>(
+    lines: impl IntoIterator<Item = &'a str>,
+    marker: &str,
+) -> Vec<Vec<&'a str>> {
+    let is_row = |l: &&str| l.trim_start().starts_with(|c: char| c.is_ascii_digit());
+    lines
         .into_iter()
-        .skip_while(|l| !l.trim_start().starts_with("#bytes"))
-        .nth(1)?;
-    Some(row.split_whitespace().collect())
+        .skip_while(|l| !l.trim_start().starts_with(marker))
+        .skip(1)
+        .skip_while(|l| !is_row(l))
+        .take_while(is_row)
+        .map(|l| l.split_whitespace().collect())
+        .collect()
 }
 
 /// Connects to a forwarded perftest server, retrying while the forward has nobody behind it
