@@ -242,7 +242,10 @@ fn run_scenarios(args: &RunArgs) -> ExitCode {
         let row = run_case(&env, &capture_dir, i, &case, !args.no_capture);
         let verdict = match &row.verdict {
             Verdict::Pass => "pass".to_string(),
-            Verdict::Fail(why) => format!("FAIL: {why}"),
+            Verdict::Fail(why) => {
+                end_guest_programs(&env);
+                format!("FAIL: {why}")
+            }
         };
         println!(
             "{:<24} {:<17} mtu {:<5} {:>6.1} s  {verdict}  [{}]",
@@ -284,6 +287,13 @@ fn run_scenarios(args: &RunArgs) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Ends what a failed case may have left running in the guest (every guest program runs
+/// under `timeout`), so that a server still listening on its port cannot take the next
+/// case's connection: one failure used to fail every perftest case after it.
+fn end_guest_programs(env: &LabEnv) {
+    let _ = env.ssh(&[]).arg("pkill -f '^timeout '; true").status();
 }
 
 /// Has the guest send us one datagram, so that its ARP request teaches our station its MAC

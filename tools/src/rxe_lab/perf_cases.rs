@@ -94,12 +94,12 @@ pub const KINDS: [PerfTest; 8] = [
 ///
 /// Not yet ib_write_lat: `softverbs perf write_lat -a` as the client of ib_write_lat's
 /// server waits in vain for the server's first WRITE of some size (found by this lab, open
-/// in issue 7); the other direction passes.
-pub const SWEEPS: [PerfTest; 5] = [
+/// in issue 7); the other direction passes. Nor ib_send_lat: as its client,
+/// `softverbs perf send_lat -a` passed twice and once left ib_send_lat unfinished (open).
+pub const SWEEPS: [PerfTest; 4] = [
     PerfTest::sweep(TestKind::WriteBw, "ib_write_bw"),
     PerfTest::sweep(TestKind::ReadBw, "ib_read_bw"),
     PerfTest::sweep(TestKind::SendBw, "ib_send_bw"),
-    PerfTest::sweep(TestKind::SendLat, "ib_send_lat"),
     PerfTest::sweep(TestKind::ReadLat, "ib_read_lat"),
 ];
 /// perftest's `-a` goes up to 2^23 bytes (its MAX_SIZE), which is also `softverbs perf`'s
