@@ -126,6 +126,11 @@ pub struct Device {
     pub(crate) engine_napping: AtomicBool,
     /// QPs owing an ACK no request asked for, sent when the traffic pauses.
     pub(crate) lazy_acks: super::ack_hold::LazyAcks,
+    /// The engine thread, so that an application about to sleep can end its nap.
+    pub(crate) engine_thread: std::sync::OnceLock<std::thread::Thread>,
+    /// Set by an application about to sleep (it armed a CQ): the engine thread stops
+    /// napping and takes the link, however recently the application polled.
+    pub(crate) app_sleeping: AtomicBool,
     pds: Mutex<HashMap<u32, ()>>,
     cqs: RwLock<HashMap<u32, Arc<CompletionQueue>, IdHash>>,
     pub(crate) qps: RwLock<HashMap<u32, Arc<QpEntry>, IdHash>>,
@@ -158,6 +163,8 @@ impl Device {
             deferred_acks: Default::default(),
             engine_napping: AtomicBool::new(false),
             lazy_acks: Default::default(),
+            engine_thread: std::sync::OnceLock::new(),
+            app_sleeping: AtomicBool::new(false),
             pds: Mutex::new(HashMap::new()),
             cqs: RwLock::new(HashMap::default()),
             qps: RwLock::new(HashMap::default()),
@@ -239,6 +246,16 @@ impl Device {
     fn forget_async(&self, owner: u64, element: AsyncElement) {
         if let Some(queue) = self.contexts.lock().get(&owner).and_then(Weak::upgrade) {
             queue.forget(element);
+        }
+    }
+
+    /// Ends the engine thread's nap (see worker): the application is about to sleep.
+    pub(crate) fn wake_engine(&self) {
+        self.app_sleeping.store(true, Ordering::SeqCst);
+        if self.engine_napping.load(Ordering::SeqCst) {
+            if let Some(engine) = self.engine_thread.get() {
+                engine.unpark();
+            }
         }
     }
 
@@ -1050,9 +1067,12 @@ impl VerbsContext for EmuContext {
     }
 
     fn req_notify_cq(&self, cq: u32, solicited_only: bool) -> VerbsResult<()> {
-        // The application is about to sleep: nothing it owes its peers may wait for it.
-        self.dev().flush_deferred_acks();
-        self.dev().cq(cq)?.req_notify(solicited_only);
+        // The application is about to sleep: nothing it owes its peers may wait for it, and
+        // the engine thread must not nap on, leaving the link to a thread that sleeps.
+        let dev = self.dev();
+        dev.flush_deferred_acks();
+        dev.cq(cq)?.req_notify(solicited_only);
+        dev.wake_engine();
         Ok(())
     }
 

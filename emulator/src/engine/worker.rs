@@ -23,12 +23,19 @@ const RX_BATCH: usize = 64;
 /// Receive calls per wake-up before deadlines are looked at again.
 const RX_ROUNDS: usize = 8;
 
-/// The engine's nap while an application polls. When an application polled during the
-/// engine's last nap or wait, the engine leaves the link to it and only naps and fires
+/// The engine's first nap while an application polls. When an application polled during
+/// the engine's last nap or wait, the engine leaves the link to it and only naps and fires
 /// timers: on a small machine a woken engine thread would take the CPU from the very thread
-/// that is doing its work. Once a nap passes without a poll (the application went to sleep)
-/// the engine waits on the link again, so the responder progresses without the application.
+/// that is doing its work. Once a nap passes without a poll (the application went to sleep),
+/// or the application arms a CQ to sleep on, the engine waits on the link again, so the
+/// responder progresses without the application.
 const APP_POLL_NAP: Duration = Duration::from_micros(100);
+/// The longest nap: each nap the application polled through doubles the next one up to
+/// this. Each wake-up costs the polling thread its CPU for a context switch (at 100 us naps,
+/// a 64 KiB WRITE stream lost 8% of a core to them); the price is a later take-over of the
+/// link by an application that stops polling without arming a CQ first, and timers that
+/// fire up to this late (the link wait's own bound, `MAX_SLEEP`, is longer).
+const APP_POLL_NAP_MAX: Duration = Duration::from_millis(1);
 /// Longest wait of [`wait_for_traffic`]: well under a nap, so that a waiting application
 /// keeps counting as polling.
 const APP_WAIT_MAX: Duration = Duration::from_micros(50);
@@ -38,8 +45,10 @@ const DEFAULT_HOP_LIMIT: u8 = 64;
 
 /// The thread body; returns when the device shuts down.
 pub(crate) fn run(dev: &Arc<Device>) {
+    let _ = dev.engine_thread.set(std::thread::current());
     let mut next_deadline_ns = u64::MAX;
     let mut seen_polls = dev.app_polls.load(Ordering::Relaxed);
+    let mut nap = NapBackoff::default();
     let mut last_traffic_ns: Option<u64> = None;
     while !dev.shutdown.load(Ordering::Acquire) {
         let now = dev.clock.now_ns();
@@ -47,7 +56,8 @@ pub(crate) fn run(dev: &Arc<Device>) {
         next_deadline_ns = next_deadline_ns.min(hint);
         let sleep = Duration::from_nanos(next_deadline_ns.saturating_sub(now)).min(MAX_SLEEP);
         let polls = dev.app_polls.load(Ordering::Relaxed);
-        let app_polling = polls != seen_polls;
+        let app_sleeping = dev.app_sleeping.swap(false, Ordering::SeqCst);
+        let app_polling = polls != seen_polls && !app_sleeping;
         seen_polls = polls;
         // A pollable link is polled for a while after its last datagram (see
         // Link::poll_before_sleep): a stream's next datagram then finds this thread awake.
@@ -56,7 +66,11 @@ pub(crate) fn run(dev: &Arc<Device>) {
         });
         let received = if dev.link.pollable() && app_polling {
             dev.engine_napping.store(true, Ordering::SeqCst);
-            std::thread::sleep(sleep.min(APP_POLL_NAP));
+            // Checked again after raising the flag: an application arming a CQ either sees
+            // the flag (and unparks) or stored its own before this load (SeqCst both).
+            if !dev.app_sleeping.load(Ordering::SeqCst) {
+                std::thread::park_timeout(sleep.min(nap.next()));
+            }
             // Cleared before the flush: an application that defers ACKs after this sees the
             // flag down and sends them itself (SeqCst with DeferredAcks' pending flag).
             dev.engine_napping.store(false, Ordering::SeqCst);
@@ -66,9 +80,11 @@ pub(crate) fn run(dev: &Arc<Device>) {
             dev.flush_lazy_acks();
             Ok(0)
         } else if dev.link.pollable() && streaming {
+            nap.reset();
             let _receiver = dev.rx_lock.lock();
             receive_ready(dev, AckTiming::Now)
         } else if dev.link.pollable() {
+            nap.reset();
             // The traffic paused: nothing may wait for this thread's sleep.
             dev.flush_lazy_acks();
             dev.link.wait_readable(sleep).and_then(|ready| {
@@ -110,6 +126,34 @@ pub(crate) fn run(dev: &Arc<Device>) {
         if after >= next_deadline_ns {
             next_deadline_ns = fire_timers(dev);
         }
+    }
+}
+
+/// The lengths of the engine's successive naps while an application keeps polling: from
+/// [`APP_POLL_NAP`], doubling up to [`APP_POLL_NAP_MAX`].
+struct NapBackoff {
+    coming: Duration,
+}
+
+impl Default for NapBackoff {
+    fn default() -> Self {
+        NapBackoff {
+            coming: APP_POLL_NAP,
+        }
+    }
+}
+
+impl NapBackoff {
+    /// The length of this nap; the next one is twice as long, within the bound.
+    fn next(&mut self) -> Duration {
+        let this = self.coming;
+        self.coming = (this * 2).min(APP_POLL_NAP_MAX);
+        this
+    }
+
+    /// The application stopped polling: the next nap is the shortest again.
+    fn reset(&mut self) {
+        self.coming = APP_POLL_NAP;
     }
 }
 
@@ -317,4 +361,19 @@ fn fire_timers(dev: &Device) -> u64 {
         }
     }
     earliest
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn naps_double_while_the_application_polls_and_restart_short_when_it_stops() {
+        let mut nap = NapBackoff::default();
+        let lengths: Vec<u128> = (0..6).map(|_| nap.next().as_micros()).collect();
+        assert_eq!(lengths, [100, 200, 400, 800, 1000, 1000]);
+        nap.reset();
+        assert_eq!(nap.next(), APP_POLL_NAP);
+        assert_eq!(nap.next(), APP_POLL_NAP * 2);
+    }
 }
