@@ -33,11 +33,22 @@ fn tag(i: u64) -> u8 {
     (i + 1) as u8
 }
 
-/// Reaps send completions (checking them) and returns the receive completions seen.
+/// What the completions reaped so far tell.
+#[derive(Default)]
+struct Reaped {
+    /// Receive completions.
+    recvs: u64,
+    /// Sends known complete: one past the highest wr_id of a send completion (message `n`
+    /// is posted with wr_id `n`, and a send queue completes in order, so the unsignaled
+    /// sends before a signaled one are complete with it).
+    sends_done: u64,
+}
+
+/// Reaps completions (checking them) into `seen`.
 fn reap(
     side: &Side,
     wcs: &mut [WorkCompletion],
-    recvs: &mut u64,
+    seen: &mut Reaped,
     size: usize,
 ) -> VerbsResult<usize> {
     let k = side.cq.poll(wcs)?;
@@ -52,10 +63,39 @@ fn reap(
                     wc.byte_len
                 )));
             }
-            *recvs += 1;
+            seen.recvs += 1;
+        } else {
+            seen.sends_done = seen.sends_done.max(wc.wr_id + 1);
         }
     }
     Ok(k)
+}
+
+/// Waits until the first `posted` sends are complete. A side must not touch the buffer of
+/// a send still in flight (the next size prepares it) nor leave a size or the test before
+/// its last message has left: a WRITE's data is read from the buffer as its packets go out,
+/// and a slow peer (rxe under emulation) may still be acknowledging the ones before it.
+fn finish_sends(
+    side: &Side,
+    wcs: &mut [WorkCompletion],
+    seen: &mut Reaped,
+    posted: u64,
+    size: usize,
+) -> VerbsResult<()> {
+    let mut backoff = Backoff::new(&side.ctx);
+    let started = Instant::now();
+    while seen.sends_done < posted {
+        if reap(side, wcs, seen, size)? == 0 {
+            if started.elapsed() > STUCK {
+                return Err(io(format!(
+                    "{} of {posted} sends of {size} B completed",
+                    seen.sends_done
+                )));
+            }
+            backoff.idle();
+        }
+    }
+    Ok(())
 }
 
 /// The receive WR of SEND ping-pongs (the largest size, so it fits every size).
@@ -91,7 +131,9 @@ struct Pinger<'a> {
     wr: SendWr,
     recv: RecvWr,
     wcs: Vec<WorkCompletion>,
-    recvs: u64,
+    seen: Reaped,
+    /// The number of the run's last message; `None` under `-D` (not known beforehand).
+    last: Option<u64>,
     base_flags: SendFlags,
     /// Kept across round trips: it learns how long they take.
     backoff: Backoff,
@@ -100,8 +142,14 @@ struct Pinger<'a> {
 }
 
 /// Whether message `n` of a WRITE or SEND ping-pong side is signaled: one in
-/// [`LAT_SIGNAL_EVERY`].
-fn signaled(n: u64) -> bool {
+/// [`LAT_SIGNAL_EVERY`], and the last (`last`; every message when the last is not known
+/// beforehand, as under `-D`), so that the side learns when all its sends are complete.
+fn signaled(n: u64, last: Option<u64>) -> bool {
+    last.is_none_or(|l| n == l) || one_in_every(n)
+}
+
+/// One message in [`LAT_SIGNAL_EVERY`]: enough to reap the send queue.
+fn one_in_every(n: u64) -> bool {
     n % LAT_SIGNAL_EVERY == LAT_SIGNAL_EVERY - 1
 }
 
@@ -129,6 +177,10 @@ impl Pinger<'_> {
         post_nth(self.side, &mut self.wr, self.base_flags, i, signal)
     }
 
+    fn post_nth(&mut self, i: u64) -> VerbsResult<()> {
+        self.post(i, signaled(i, self.last))
+    }
+
     fn round_trip(&mut self, i: u64) -> VerbsResult<()> {
         let started = Instant::now();
         match self.verb {
@@ -136,8 +188,7 @@ impl Pinger<'_> {
                 // As ib_write_lat's client: wait for the server's k-th WRITE, answer it.
                 let t = tag(i);
                 while last_byte(self.side, self.size)? != t {
-                    let mut r = 0;
-                    reap(self.side, &mut self.wcs, &mut r, self.size)?;
+                    reap(self.side, &mut self.wcs, &mut self.seen, self.size)?;
                     self.backoff.idle();
                     if started.elapsed() > STUCK {
                         return Err(io(format!("no WRITE from the server for round trip {i}")));
@@ -146,20 +197,20 @@ impl Pinger<'_> {
                 self.side
                     .mr
                     .write(self.side.src_off + self.size - 1, &[t])?;
-                self.post(i, signaled(i))?;
+                self.post_nth(i)?;
             }
             Verb::Send => {
-                let want = self.recvs + 1;
-                self.post(i, signaled(i))?;
-                while self.recvs < want {
-                    let before = self.recvs;
-                    reap(self.side, &mut self.wcs, &mut self.recvs, self.size)?;
-                    for _ in before..self.recvs {
+                let want = self.seen.recvs + 1;
+                self.post_nth(i)?;
+                while self.seen.recvs < want {
+                    let before = self.seen.recvs;
+                    reap(self.side, &mut self.wcs, &mut self.seen, self.size)?;
+                    for _ in before..self.seen.recvs {
                         self.side.qps[0]
                             .post_recv(std::slice::from_ref(&self.recv))
                             .map_err(|e| e.error)?;
                     }
-                    if self.recvs < want {
+                    if self.seen.recvs < want {
                         self.backoff.idle();
                         if started.elapsed() > STUCK {
                             return Err(io(format!("no SEND back for round trip {i}")));
@@ -221,7 +272,11 @@ pub fn client(
         wr,
         recv: recv_wr(side)?,
         wcs: vec![WorkCompletion::default(); 16],
-        recvs: 0,
+        seen: Reaped::default(),
+        last: match s.duration {
+            None => s.iters.checked_sub(1),
+            Some(_) => None,
+        },
         backoff: Backoff::new(&side.ctx),
         first_old: None,
     };
@@ -244,11 +299,9 @@ pub fn client(
         progress.tick(t1, i, deadline.is_none().then_some(s.iters), s.duration, "");
     }
     progress.finish();
-    // Reap the signaled sends still in flight so the next size starts clean.
-    let mut r = 0;
-    let quiet = Instant::now();
-    while quiet.elapsed() < Duration::from_millis(2) {
-        reap(side, &mut p.wcs, &mut r, size)?;
+    // READs and atomics were waited for one by one.
+    if matches!(verb, Verb::Write | Verb::Send) {
+        finish_sends(side, &mut p.wcs, &mut p.seen, i, size)?;
     }
     let half = matches!(verb, Verb::Write | Verb::Send);
     let mut result = LatResult::from_samples(size, &mut samples, half);
@@ -280,15 +333,18 @@ pub fn server_write(
     // When the client was seen to move on: its last WRITE may still be on its way (it
     // does not wait for it to complete), so a counting server waits a little longer.
     let mut moved_on: Option<Instant> = None;
+    let mut seen = Reaped::default();
     let mut i = 0u64;
     while count.is_none_or(|n| i < n) {
         let t = tag(i);
         side.mr.write(side.src_off + size - 1, &[t])?;
-        post_nth(side, &mut wr, base, i, signaled(i))?;
+        // The client answers a WRITE only once it has arrived: this side need not learn when
+        // its last one completes (and must not wait for it: the client may be gone by then,
+        // and an ACK it owed lost with it).
+        post_nth(side, &mut wr, base, i, one_in_every(i))?;
         let started = Instant::now();
         while last_byte(side, size)? != t {
-            let mut r = 0;
-            reap(side, &mut wcs, &mut r, size)?;
+            reap(side, &mut wcs, &mut seen, size)?;
             // Under -D the client stops when it likes; with a count, a client that went
             // on to its next exchange has stopped, early unless its last WRITE lands.
             if moved_on.is_none() && watch.check(comm)? == Some(true) {
@@ -308,10 +364,9 @@ pub fn server_write(
         i += 1;
     }
     // Reap the signaled WRITEs still in flight so the next size starts clean.
-    let mut r = 0;
     let quiet = Instant::now();
     while quiet.elapsed() < Duration::from_millis(2) {
-        reap(side, &mut wcs, &mut r, size)?;
+        reap(side, &mut wcs, &mut seen, size)?;
     }
     Ok(i)
 }
@@ -324,17 +379,19 @@ pub fn server_send(side: &Side, size: usize, comm: &PerftestComm) -> VerbsResult
     let recv = recv_wr(side)?;
     let mut wcs = vec![WorkCompletion::default(); 16];
     let mut answered = 0u64;
-    let mut recvs = 0u64;
+    let mut seen = Reaped::default();
     let mut backoff = Backoff::new(&side.ctx);
     let mut watch = PeerWatch::new();
     loop {
-        reap(side, &mut wcs, &mut recvs, size)?;
-        if recvs > answered {
-            while answered < recvs {
+        reap(side, &mut wcs, &mut seen, size)?;
+        if seen.recvs > answered {
+            while answered < seen.recvs {
                 side.qps[0]
                     .post_recv(std::slice::from_ref(&recv))
                     .map_err(|e| e.error)?;
-                post_nth(side, &mut wr, base, answered, signaled(answered))?;
+                // The client takes every answer before it moves on: this side need not
+                // learn when its last one completes.
+                post_nth(side, &mut wr, base, answered, one_in_every(answered))?;
                 answered += 1;
             }
             backoff.reset();
