@@ -885,6 +885,66 @@ fn a_read_of_1024_responses_streams_through_loss_with_a_small_retry_budget() {
     }
 }
 
+/// A READ whose responses take longer to drain than the ACK timeout (a slow link: 1,024
+/// responses at one per 20 us, 20 ms against a timeout of ~4 ms) loses one response early.
+/// The requester asks again at once; the rest of the first burst still arrives, and while it
+/// does the requester must not time out and ask again: each such retry queues yet another
+/// burst behind the old one, which against a receiver slower than the sender (seen in the
+/// rxe lab) never lets a response through.
+#[test]
+fn a_read_is_not_asked_again_while_its_old_responses_still_arrive() {
+    use softverbs_api::{wr::RemoteAddr, WrOpcode};
+    let mut p = SimPair::new_rc(1, FaultConfig::none(), Mtu::Mtu256, &attrs(7, 7));
+    p.packet_spacing_ns = 20_000;
+    // B's packets: the READ's responses, from index 0; the 11th is lost.
+    p.lose.push((Side::B, 10));
+    let len = 256 * 1024;
+    let (dst, lkey, _) = p.register(Side::A, len, AccessFlags::LOCAL_WRITE);
+    let (src, _, rkey) = p.register(
+        Side::B,
+        len,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+    );
+    let mut rng = SimRng::new(7);
+    let data: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+    p.write(Side::B, src, &data);
+    let read = SendWr {
+        opcode: WrOpcode::RdmaRead,
+        remote: RemoteAddr {
+            remote_addr: src,
+            rkey,
+        },
+        ..SendWr::send(
+            1,
+            vec![Sge {
+                addr: dst,
+                length: len as u32,
+                lkey,
+            }],
+        )
+    };
+    p.post_send(Side::A, &[read]).unwrap();
+    p.run(200_000);
+    let wcs: Vec<_> =
+        p.a.completions
+            .iter()
+            .map(|c| (c.wc.status, c.wc.byte_len))
+            .collect();
+    assert_eq!(wcs, [(WcStatus::Success, len as u32)]);
+    assert_eq!(p.read(Side::A, dst, len), data);
+    let requests = sent_by(&p, Side::A)
+        .iter()
+        .filter(|b| opcode_of(b) == Opcode::RC_RDMA_READ_REQUEST)
+        .count();
+    // The first request, and one retry at the gap.
+    assert_eq!(
+        (requests, p.a.qp.counters.ack_timeouts),
+        (2, 0),
+        "{:?}",
+        p.a.qp.counters
+    );
+}
+
 /// Packets are built straight from the sender's registered memory, so a region deregistered
 /// between the first transmission and a retransmission must fail the WQE with LOC_PROT_ERR
 /// rather than send whatever the freed memory holds.

@@ -132,6 +132,15 @@ pub struct SimPair {
     pub lazy_acks: bool,
     /// Which sides (A, B) owe such an ACK.
     owes_lazy_ack: [bool; 2],
+    /// A link of limited rate: each packet of a direction arrives at least this long after
+    /// the one before it (0: no limit), so that a burst takes a while to drain.
+    pub packet_spacing_ns: u64,
+    /// When the last packet of each direction (from A, from B) arrives.
+    last_arrival: [u64; 2],
+    /// Packets lost on purpose, as (sender, index of the packet among those it sent, from 0).
+    pub lose: Vec<(Side, u64)>,
+    /// Packets each side (A, B) has sent.
+    sent_count: [u64; 2],
 }
 
 /// PD every simulated QP and MR uses.
@@ -176,6 +185,10 @@ impl SimPair {
             trace: Vec::new(),
             lazy_acks: true,
             owes_lazy_ack: [false; 2],
+            packet_spacing_ns: 0,
+            last_arrival: [0; 2],
+            lose: Vec::new(),
+            sent_count: [0; 2],
         };
         pair.connect(Side::A, 0x12, mtu, attrs);
         pair.connect(Side::B, 0x11, mtu, attrs);
@@ -334,6 +347,15 @@ impl SimPair {
     fn transmit(&mut self, from: Side, mut bytes: Vec<u8>, src_port: u16) {
         let f = self.faults;
         let direction = from as usize;
+        let index = self.sent_count[direction];
+        self.sent_count[direction] += 1;
+        if self.lose.contains(&(from, index)) {
+            self.trace.push(TraceEvent::Dropped {
+                at_ns: self.now_ns,
+                from,
+            });
+            return;
+        }
         if self.burst_left[direction] > 0 {
             self.burst_left[direction] -= 1;
             self.trace.push(TraceEvent::Dropped {
@@ -357,6 +379,10 @@ impl SimPair {
             bytes[i] ^= 1 << self.rng.below(8);
         }
         let mut at = self.now_ns + BASE_DELAY_NS;
+        if self.packet_spacing_ns > 0 {
+            at = at.max(self.last_arrival[direction] + self.packet_spacing_ns);
+            self.last_arrival[direction] = at;
+        }
         if self.rng.chance(f.reorder_per_mille) {
             at += 1 + self.rng.below(REORDER_DELAY_NS);
         }

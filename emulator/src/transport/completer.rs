@@ -120,6 +120,7 @@ fn on_read_response(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out
     let into = into as u32;
     if into < wqe.resp_packets {
         qp.counters.dropped_packets += 1; // a duplicate of a response already placed
+        responses_still_coming(qp, env);
         return;
     }
     if into > wqe.resp_packets {
@@ -127,6 +128,8 @@ fn on_read_response(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out
         let first = wqe.first_psn;
         if !qp.comp.retry_started {
             retry_from(qp, first, out);
+        } else {
+            responses_still_coming(qp, env);
         }
         return;
     }
@@ -297,6 +300,20 @@ fn complete_front(
         qp.comp.una = psn.next();
     }
     note_progress(qp, true, env);
+}
+
+/// Responses of a READ that this side has already asked again (or that it has) are still
+/// arriving: the ACK timer counts from the last of them, so that a timeout retry never
+/// queues a new burst of responses behind an old one. A retry per timeout whose burst
+/// takes longer than the timeout to drain never gets a response through: in the rxe lab a
+/// 4 MiB READ at MTU 1024 (4,096 responses) was asked 122 times in 8 s without progress,
+/// while the receiving side, busy writing its capture, drained each burst slower than the
+/// next came. Neither the retry budget nor the window moves: only forward progress does
+/// that.
+fn responses_still_coming(qp: &mut TransportQp, env: &Env<'_>) {
+    if qp.timers.retransmit_at_ns.is_some() {
+        qp.timers.retransmit_at_ns = ack_timeout_ns(qp.attr.timeout).map(|t| env.now_ns + t);
+    }
 }
 
 /// Forward progress refills the retry budgets and ends a retry; the ACK timer restarts
