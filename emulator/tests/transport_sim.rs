@@ -838,7 +838,6 @@ fn solicited_event_bit_only_on_the_last_packet_of_sends_and_write_with_imm() {
 
 #[test]
 fn a_read_of_1024_responses_streams_through_loss_with_a_small_retry_budget() {
-    use softverbs_api::{wr::RemoteAddr, WrOpcode};
     // Short bursts: a lone re-request must not meet more losses in a row than the budget.
     let lossy = FaultConfig {
         loss_per_mille: 20,
@@ -847,65 +846,24 @@ fn a_read_of_1024_responses_streams_through_loss_with_a_small_retry_budget() {
         ..FaultConfig::none()
     };
     for seed in 0..8 {
-        let mut rng = SimRng::new(seed);
         let mut p = SimPair::new_rc(seed, lossy, Mtu::Mtu256, &attrs(3, 3));
-        let len = 256 * 1024;
-        let (dst, lkey, _) = p.register(Side::A, len, AccessFlags::LOCAL_WRITE);
-        let (src, _, rkey) = p.register(
-            Side::B,
-            len,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
-        );
-        let data: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
-        p.write(Side::B, src, &data);
-        let read = SendWr {
-            opcode: WrOpcode::RdmaRead,
-            remote: RemoteAddr {
-                remote_addr: src,
-                rkey,
-            },
-            ..SendWr::send(
-                1,
-                vec![Sge {
-                    addr: dst,
-                    length: len as u32,
-                    lkey,
-                }],
-            )
-        };
-        p.post_send(Side::A, &[read]).unwrap();
+        let (dst, data) = post_a_read_of_random_bytes(&mut p, 256 * 1024, seed);
         p.run(2_000_000);
-        let wcs: Vec<_> =
-            p.a.completions
-                .iter()
-                .map(|c| (c.wc.status, c.wc.byte_len))
-                .collect();
-        assert_eq!(wcs, [(WcStatus::Success, len as u32)], "seed {seed}");
-        assert_eq!(p.read(Side::A, dst, len), data, "seed {seed}");
+        assert_the_read_arrived(&mut p, dst, &data, &format!("seed {seed}"));
     }
 }
 
-/// A READ whose responses take longer to drain than the ACK timeout (a slow link: 1,024
-/// responses at one per 20 us, 20 ms against a timeout of ~4 ms) loses one response early.
-/// The requester asks again at once; the rest of the first burst still arrives, and while it
-/// does the requester must not time out and ask again: each such retry queues yet another
-/// burst behind the old one, which against a receiver slower than the sender (seen in the
-/// rxe lab) never lets a response through.
-#[test]
-fn a_read_is_not_asked_again_while_its_old_responses_still_arrive() {
+/// Registers `len` random bytes (from `seed`) on B and a buffer for them on A, and posts on
+/// A one READ of them all; returns A's buffer and the bytes.
+fn post_a_read_of_random_bytes(p: &mut SimPair, len: usize, seed: u64) -> (u64, Vec<u8>) {
     use softverbs_api::{wr::RemoteAddr, WrOpcode};
-    let mut p = SimPair::new_rc(1, FaultConfig::none(), Mtu::Mtu256, &attrs(7, 7));
-    p.packet_spacing_ns = 20_000;
-    // B's packets: the READ's responses, from index 0; the 11th is lost.
-    p.lose.push((Side::B, 10));
-    let len = 256 * 1024;
     let (dst, lkey, _) = p.register(Side::A, len, AccessFlags::LOCAL_WRITE);
     let (src, _, rkey) = p.register(
         Side::B,
         len,
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
     );
-    let mut rng = SimRng::new(7);
+    let mut rng = SimRng::new(seed);
     let data: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
     p.write(Side::B, src, &data);
     let read = SendWr {
@@ -924,14 +882,35 @@ fn a_read_is_not_asked_again_while_its_old_responses_still_arrive() {
         )
     };
     p.post_send(Side::A, &[read]).unwrap();
-    p.run(200_000);
+    (dst, data)
+}
+
+/// A's only completion is the READ's success, and `data` is at `dst`.
+fn assert_the_read_arrived(p: &mut SimPair, dst: u64, data: &[u8], context: &str) {
     let wcs: Vec<_> =
         p.a.completions
             .iter()
             .map(|c| (c.wc.status, c.wc.byte_len))
             .collect();
-    assert_eq!(wcs, [(WcStatus::Success, len as u32)]);
-    assert_eq!(p.read(Side::A, dst, len), data);
+    assert_eq!(wcs, [(WcStatus::Success, data.len() as u32)], "{context}");
+    assert_eq!(p.read(Side::A, dst, data.len()), data, "{context}");
+}
+
+/// A READ whose responses take longer to drain than the ACK timeout (a slow link: 1,024
+/// responses at one per 20 us, 20 ms against a timeout of ~4 ms) loses one response early.
+/// The requester asks again at once; the rest of the first burst still arrives, and while it
+/// does the requester must not time out and ask again: each such retry queues yet another
+/// burst behind the old one, which against a receiver slower than the sender (seen in the
+/// rxe lab) never lets a response through.
+#[test]
+fn a_read_is_not_asked_again_while_its_old_responses_still_arrive() {
+    let mut p = SimPair::new_rc(1, FaultConfig::none(), Mtu::Mtu256, &attrs(7, 7));
+    p.packet_spacing_ns = 20_000;
+    // B's packets: the READ's responses, from index 0; the 11th is lost.
+    p.lose.push((Side::B, 10));
+    let (dst, data) = post_a_read_of_random_bytes(&mut p, 256 * 1024, 7);
+    p.run(200_000);
+    assert_the_read_arrived(&mut p, dst, &data, "slow link");
     let requests = sent_by(&p, Side::A)
         .iter()
         .filter(|b| opcode_of(b) == Opcode::RC_RDMA_READ_REQUEST)
