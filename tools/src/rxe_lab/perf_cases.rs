@@ -74,7 +74,10 @@ impl PerfTest {
     /// (after 416 and 434 of 2,048 packets in two runs, in either role), with everything it
     /// sent acknowledged, and never sends again: neither the rest nor a retransmission, and
     /// every later case of the lab run then fails against its wedged rxe. At MTU 1024 both
-    /// roles pass (every run so far); the stall is rxe's to explain, not yet understood.
+    /// roles pass (every run so far). During one stall rxe's sent_pkts stayed frozen while
+    /// ib_write_lat busy-polled at 95% of the guest's only vCPU: rxe's deferred requester
+    /// work looks starved by the spinning program (to try: a guest with two vCPUs,
+    /// `vm_cpus` in tools/rxe-lab/lab.sh).
     pub fn runs_at(self, mtu: u32) -> bool {
         !(self.sweep && self.test == TestKind::WriteLat && mtu >= 4096)
     }
