@@ -179,9 +179,6 @@ fn plan(args: &RunArgs) -> Vec<Case> {
                 });
             }
             for kind in perf_cases::KINDS.into_iter().chain(perf_cases::SWEEPS) {
-                if !kind.runs_at(mtu) {
-                    continue;
-                }
                 cases.push(Case {
                     scenario: kind.scenario(),
                     direction,

@@ -69,19 +69,6 @@ impl PerfTest {
         format!("softverbs perf{sweep} vs {}", self.program)
     }
 
-    /// Whether the lab runs this case at path MTU `mtu`. Not ib_write_lat's sweep at 4096:
-    /// there rxe (kernel 6.1, under TCG) stops in the middle of one of its 8 MiB WRITEs
-    /// (after 416 and 434 of 2,048 packets in two runs, in either role), with everything it
-    /// sent acknowledged, and never sends again: neither the rest nor a retransmission, and
-    /// every later case of the lab run then fails against its wedged rxe. At MTU 1024 both
-    /// roles pass (every run so far). During one stall rxe's sent_pkts stayed frozen while
-    /// ib_write_lat busy-polled at 95% of the guest's only vCPU: rxe's deferred requester
-    /// work looks starved by the spinning program (to try: a guest with two vCPUs,
-    /// `vm_cpus` in tools/rxe-lab/lab.sh).
-    pub fn runs_at(self, mtu: u32) -> bool {
-        !(self.sweep && self.test == TestKind::WriteLat && mtu >= 4096)
-    }
-
     /// Whether a server of this test prints a line with the size and the count: all but
     /// those of READ and atomic latency, whose server only waits for the client.
     fn server_reports(self) -> bool {
