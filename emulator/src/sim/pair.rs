@@ -349,25 +349,7 @@ impl SimPair {
         let direction = from as usize;
         let index = self.sent_count[direction];
         self.sent_count[direction] += 1;
-        if self.lose.contains(&(from, index)) {
-            self.trace.push(TraceEvent::Dropped {
-                at_ns: self.now_ns,
-                from,
-            });
-            return;
-        }
-        if self.burst_left[direction] > 0 {
-            self.burst_left[direction] -= 1;
-            self.trace.push(TraceEvent::Dropped {
-                at_ns: self.now_ns,
-                from,
-            });
-            return;
-        }
-        if self.rng.chance(f.loss_per_mille) {
-            if f.burst_max > 0 && self.rng.chance(f.burst_per_mille) {
-                self.burst_left[direction] = 1 + self.rng.below(f.burst_max as u64) as u32;
-            }
+        if self.lose.contains(&(from, index)) || self.lost_at_random(direction) {
             self.trace.push(TraceEvent::Dropped {
                 at_ns: self.now_ns,
                 from,
@@ -391,6 +373,23 @@ impl SimPair {
             self.enqueue(dup_at, from.other(), src_port, bytes.clone());
         }
         self.enqueue(at, from.other(), src_port, bytes);
+    }
+
+    /// Whether the faults lose the next packet of `direction`: the rest of a loss burst, or
+    /// a new loss (which may start a burst).
+    fn lost_at_random(&mut self, direction: usize) -> bool {
+        let f = self.faults;
+        if self.burst_left[direction] > 0 {
+            self.burst_left[direction] -= 1;
+            return true;
+        }
+        if !self.rng.chance(f.loss_per_mille) {
+            return false;
+        }
+        if f.burst_max > 0 && self.rng.chance(f.burst_per_mille) {
+            self.burst_left[direction] = 1 + self.rng.below(f.burst_max as u64) as u32;
+        }
+        true
     }
 
     fn enqueue(&mut self, at: u64, to: Side, src_port: u16, bytes: Vec<u8>) {

@@ -5,7 +5,7 @@ use softverbs_api::{AccessFlags, QpState, Sge, WcStatus, WorkCompletion, WrOpcod
 
 use super::output::{Completion, CompletionTarget, Env, Outputs};
 use super::qp::{send_wc_opcode, TransportQp};
-use super::syndrome::{ack_timeout_ns, nak_status, rnr_timer_ns};
+use super::syndrome::{nak_status, rnr_timer_ns};
 use super::timers::expired;
 use crate::wire::{AethKind, NakCode, OpKind, Psn, RoceRepr};
 
@@ -302,8 +302,9 @@ fn complete_front(
     note_progress(qp, true, env);
 }
 
-/// Responses of a READ that this side has already asked again (or that it has) are still
-/// arriving: the ACK timer counts from the last of them, so that a timeout retry never
+/// Responses of the front READ that this side already holds (duplicates) or has already
+/// asked for again (after a gap) are still arriving: the ACK timer counts from the last of
+/// them, so that a timeout retry never
 /// queues a new burst of responses behind an old one. A retry per timeout whose burst
 /// takes longer than the timeout to drain never gets a response through: in the rxe lab a
 /// 4 MiB READ at MTU 1024 (4,096 responses) was asked 122 times in 8 s without progress,
@@ -312,7 +313,7 @@ fn complete_front(
 /// that.
 fn responses_still_coming(qp: &mut TransportQp, env: &Env<'_>) {
     if qp.timers.retransmit_at_ns.is_some() {
-        qp.timers.retransmit_at_ns = ack_timeout_ns(qp.attr.timeout).map(|t| env.now_ns + t);
+        qp.timers.retransmit_at_ns = qp.ack_deadline_ns(env.now_ns);
     }
 }
 
@@ -327,7 +328,7 @@ fn note_progress(qp: &mut TransportQp, progressed: bool, env: &Env<'_>) {
     qp.timers.retransmit_at_ns = if qp.comp.una == qp.req.next_psn {
         None
     } else if progressed || qp.timers.retransmit_at_ns.is_none() {
-        ack_timeout_ns(qp.attr.timeout).map(|t| env.now_ns + t)
+        qp.ack_deadline_ns(env.now_ns)
     } else {
         qp.timers.retransmit_at_ns
     };

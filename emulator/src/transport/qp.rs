@@ -457,6 +457,12 @@ impl TransportQp {
     pub fn next_deadline_ns(&self) -> Option<u64> {
         self.timers.next_deadline_ns()
     }
+
+    /// When the local ACK timer, started at `now_ns`, expires; `None` for a timeout of 0
+    /// (no timer).
+    pub(crate) fn ack_deadline_ns(&self, now_ns: u64) -> Option<u64> {
+        super::syndrome::ack_timeout_ns(self.attr.timeout).map(|t| now_ns + t)
+    }
 }
 
 /// The completion opcode of a send WR opcode.

@@ -6,7 +6,6 @@ use softverbs_api::{AccessFlags, QpState, QpType, WcStatus, WrOpcode};
 use super::completer;
 use super::output::{Env, OutPacket, Outputs};
 use super::qp::TransportQp;
-use super::syndrome::ack_timeout_ns;
 use super::wqe::SendWqe;
 use crate::wire::{
     AtomicEthRepr, BthRepr, DethRepr, FethRepr, Opcode, Position, Psn, RethRepr, RoceRepr,
@@ -171,7 +170,7 @@ pub fn run(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
             qp.req.packet_index += 1;
         }
         if qp.qp_type == QpType::Rc && qp.timers.retransmit_at_ns.is_none() {
-            qp.timers.retransmit_at_ns = ack_timeout_ns(qp.attr.timeout).map(|t| env.now_ns + t);
+            qp.timers.retransmit_at_ns = qp.ack_deadline_ns(env.now_ns);
         }
     }
 }

@@ -177,7 +177,8 @@ impl Pinger<'_> {
         post_nth(self.side, &mut self.wr, self.base_flags, i, signal)
     }
 
-    fn post_nth(&mut self, i: u64) -> VerbsResult<()> {
+    /// Posts ping-pong message `i`, signaled as [`signaled`] says.
+    fn post_ping(&mut self, i: u64) -> VerbsResult<()> {
         self.post(i, signaled(i, self.last))
     }
 
@@ -197,11 +198,11 @@ impl Pinger<'_> {
                 self.side
                     .mr
                     .write(self.side.src_off + self.size - 1, &[t])?;
-                self.post_nth(i)?;
+                self.post_ping(i)?;
             }
             Verb::Send => {
                 let want = self.seen.recvs + 1;
-                self.post_nth(i)?;
+                self.post_ping(i)?;
                 while self.seen.recvs < want {
                     let before = self.seen.recvs;
                     reap(self.side, &mut self.wcs, &mut self.seen, self.size)?;
@@ -299,11 +300,11 @@ pub fn client(
         progress.tick(t1, i, deadline.is_none().then_some(s.iters), s.duration, "");
     }
     progress.finish();
-    // READs and atomics were waited for one by one.
-    if matches!(verb, Verb::Write | Verb::Send) {
+    // A ping-pong; READs and atomics were waited for one by one.
+    let half = matches!(verb, Verb::Write | Verb::Send);
+    if half {
         finish_sends(side, &mut p.wcs, &mut p.seen, i, size)?;
     }
-    let half = matches!(verb, Verb::Write | Verb::Send);
     let mut result = LatResult::from_samples(size, &mut samples, half);
     result.verified_bytes = match verb {
         Verb::Read if s.no_verify => 0,
