@@ -113,8 +113,8 @@ pub struct Device {
     pub(crate) counters: DeviceCounters,
     /// Held by whoever takes datagrams off a pollable link and hands them to QPs (the
     /// engine thread, or an application polling an empty CQ): one receiver at a time keeps
-    /// the arrival order.
-    pub(crate) rx_lock: Mutex<()>,
+    /// the arrival order. It guards what the last receive found (see worker).
+    pub(crate) rx_lock: Mutex<super::worker::LastReceive>,
     /// Bumped whenever an application polls an empty CQ (and so receives for the engine):
     /// while it keeps changing, the engine thread stays off the link (see worker). A counter,
     /// not a time: polling must not cost a clock read.
@@ -158,7 +158,7 @@ impl Device {
             shutdown: AtomicBool::new(false),
             deadline_hint_ns: AtomicU64::new(u64::MAX),
             counters: DeviceCounters::default(),
-            rx_lock: Mutex::new(()),
+            rx_lock: Mutex::new(Default::default()),
             app_polls: AtomicU64::new(0),
             deferred_acks: Default::default(),
             engine_napping: AtomicBool::new(false),
