@@ -132,6 +132,8 @@ struct Pinger<'a> {
     recv: RecvWr,
     wcs: Vec<WorkCompletion>,
     seen: Reaped,
+    /// Receives posted back for the SENDs of `seen.recvs`.
+    recvs_reposted: u64,
     /// The number of the run's last message; `None` under `-D` (not known beforehand).
     last: Option<u64>,
     base_flags: SendFlags,
@@ -173,6 +175,19 @@ fn post_nth(
 }
 
 impl Pinger<'_> {
+    /// Posts a receive back for each SEND taken since the last call. A ping-pong has one
+    /// SEND in flight at a time, so with two or more receives posted (`rx_depth`), putting
+    /// them back after the next ping leaves one for its answer.
+    fn repost_receives(&mut self) -> VerbsResult<()> {
+        while self.recvs_reposted < self.seen.recvs {
+            self.side.qps[0]
+                .post_recv(std::slice::from_ref(&self.recv))
+                .map_err(|e| e.error)?;
+            self.recvs_reposted += 1;
+        }
+        Ok(())
+    }
+
     fn post(&mut self, i: u64, signal: bool) -> VerbsResult<()> {
         post_nth(self.side, &mut self.wr, self.base_flags, i, signal)
     }
@@ -203,14 +218,10 @@ impl Pinger<'_> {
             Verb::Send => {
                 let want = self.seen.recvs + 1;
                 self.post_ping(i)?;
+                // After the ping, off its round trip's path.
+                self.repost_receives()?;
                 while self.seen.recvs < want {
-                    let before = self.seen.recvs;
                     reap(self.side, &mut self.wcs, &mut self.seen, self.size)?;
-                    for _ in before..self.seen.recvs {
-                        self.side.qps[0]
-                            .post_recv(std::slice::from_ref(&self.recv))
-                            .map_err(|e| e.error)?;
-                    }
                     if self.seen.recvs < want {
                         self.backoff.idle();
                         if started.elapsed() > STUCK {
@@ -274,6 +285,7 @@ pub fn client(
         recv: recv_wr(side)?,
         wcs: vec![WorkCompletion::default(); 16],
         seen: Reaped::default(),
+        recvs_reposted: 0,
         last: match s.duration {
             None => s.iters.checked_sub(1),
             Some(_) => None,
@@ -305,6 +317,8 @@ pub fn client(
     if half {
         finish_sends(side, &mut p.wcs, &mut p.seen, i, size)?;
     }
+    // The next size starts with every receive posted.
+    p.repost_receives()?;
     let mut result = LatResult::from_samples(size, &mut samples, half);
     result.verified_bytes = match verb {
         Verb::Read if s.no_verify => 0,
@@ -387,12 +401,15 @@ pub fn server_send(side: &Side, size: usize, comm: &PerftestComm) -> VerbsResult
         reap(side, &mut wcs, &mut seen, size)?;
         if seen.recvs > answered {
             while answered < seen.recvs {
-                side.qps[0]
-                    .post_recv(std::slice::from_ref(&recv))
-                    .map_err(|e| e.error)?;
                 // The client takes every answer before it moves on: this side need not
                 // learn when its last one completes.
                 post_nth(side, &mut wr, base, answered, one_in_every(answered))?;
+                // After the answer, off the round trip's path: the client sends the next
+                // SEND only once the answer arrived, so the receives still posted (two
+                // or more, `rx_depth`) cover it meanwhile.
+                side.qps[0]
+                    .post_recv(std::slice::from_ref(&recv))
+                    .map_err(|e| e.error)?;
                 answered += 1;
             }
             backoff.reset();
