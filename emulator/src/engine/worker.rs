@@ -202,13 +202,19 @@ fn receive_ready(
     let mut total = 0;
     let mut result = Ok(());
     let first_batch = last.first_batch(acks_leave);
-    super::ack_hold::begin();
+    // ACKs are held from the first datagram on: most receives of a polling application
+    // find nothing, and need not set up the hold.
+    let mut holding = false;
     for round in 0..RX_ROUNDS {
         let batch = if round == 0 { first_batch } else { RX_BATCH };
         // One clock read per batch of datagrams, not per datagram, and none for an empty
         // receive (see batch_now).
         BATCH_NOW.with(|n| n.set(BatchClock::Unread));
         match dev.link.recv_ready(batch, &mut |d| {
+            if !holding {
+                super::ack_hold::begin();
+                holding = true;
+            }
             handle_datagram(dev, d);
             // Whoever received the batch: a stream's window must not wait for its end.
             let mut due = super::ack_hold::datagram_handled();
@@ -231,7 +237,11 @@ fn receive_ready(
     BATCH_NOW.with(|n| n.set(BatchClock::Outside));
     last.found_nothing = total == 0;
     // The newest ACK of each connection the batch acknowledged.
-    let mut acks = super::ack_hold::end();
+    let mut acks = if holding {
+        super::ack_hold::end()
+    } else {
+        Vec::new()
+    };
     if acks_leave == AckTiming::Deferred {
         dev.deferred_acks.defer(acks);
         // Only a napping engine thread is sure to send them soon if the application does
