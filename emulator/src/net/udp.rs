@@ -308,7 +308,8 @@ impl Link for UdpLink {
                 _ => self.finalize(p)?,
             }
         }
-        let list: Vec<FromMemory<'_>> = packets
+        // Inline up to a 64 KiB message at MTU 4096, as the payloads: no allocation.
+        let list: smallvec::SmallVec<[FromMemory<'_>; 16]> = packets
             .iter()
             .enumerate()
             .map(|(i, packet)| FromMemory {

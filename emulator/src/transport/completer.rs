@@ -1,7 +1,7 @@
 //! The completer: consumes ACKs, NAKs, READ responses and atomic ACKs, retires WQEs as
 //! completions, and decides on retransmission (go-back-N) and retry exhaustion.
 
-use softverbs_api::{AccessFlags, QpState, Sge, WcStatus, WorkCompletion, WrOpcode};
+use softverbs_api::{AccessFlags, QpState, WcStatus, WorkCompletion, WrOpcode};
 
 use super::output::{Completion, CompletionTarget, Env, Outputs};
 use super::qp::{send_wc_opcode, TransportQp};
@@ -181,7 +181,7 @@ fn on_atomic_ack(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: &
         }
         return;
     }
-    let sges: Vec<Sge> = wqe.sges.clone();
+    let sges = wqe.sges.clone();
     let placed = env
         .mem
         .check_sges(pd, &sges, AccessFlags::LOCAL_WRITE)

@@ -193,6 +193,10 @@ impl OutPacket {
     }
 }
 
+/// The payloads of one send call, held inline up to a 64 KiB message at MTU 4096: a send
+/// allocates nothing for them.
+pub type Payloads<'r> = smallvec::SmallVec<[&'r [u8]; 16]>;
+
 /// The payloads `packets` left in registered memory, read through `reader`: entry `i` is
 /// packet `i`'s (empty for a packet carrying its own). A packet whose memory is gone
 /// (deregistered since it was built) is taken out of `packets`, its buffer back to the pool,
@@ -200,8 +204,8 @@ impl OutPacket {
 pub fn payloads_in_memory<'r>(
     packets: &mut Vec<OutPacket>,
     reader: &'r MrReader<'_>,
-) -> (Vec<&'r [u8]>, usize) {
-    let mut payloads: Vec<&[u8]> = Vec::with_capacity(packets.len());
+) -> (Payloads<'r>, usize) {
+    let mut payloads = Payloads::with_capacity(packets.len());
     let mut gone = 0;
     let mut i = 0;
     while i < packets.len() {
@@ -263,14 +267,14 @@ mod tests {
             let reader = mem.reader();
             let (payloads, gone) = payloads_in_memory(&mut packets, &reader);
             assert_eq!(gone, 0);
-            assert_eq!(payloads, [&a[4..12], &[][..], &b[56..64]]);
+            assert_eq!(payloads[..], [&a[4..12], &[][..], &b[56..64]]);
         }
         mem.deregister(kb.lkey).unwrap();
         let reader = mem.reader();
         let (payloads, gone) = payloads_in_memory(&mut packets, &reader);
         assert_eq!(gone, 1);
         assert_eq!(packets.len(), 2);
-        assert_eq!(payloads, [&a[4..12], &[][..]]);
+        assert_eq!(payloads[..], [&a[4..12], &[][..]]);
         // Filled, a packet carries its payload like any other.
         let mut first = packets[0].clone();
         first.fill_payload(payloads[0]);

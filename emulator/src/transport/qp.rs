@@ -15,7 +15,7 @@ use super::requester::RequesterState;
 use super::responder::ResponderState;
 use super::timers::QpTimers;
 use super::validate::{check_recv_wr, check_send_wr};
-use super::wqe::{RecvWqe, SendWqe, UdTarget, WorkQueue};
+use super::wqe::{RecvWqe, SendWqe, SgeList, UdTarget, WorkQueue};
 use super::{completer, requester, responder};
 use crate::wire::{rc_udp_src_port, ud_udp_src_port, Psn, RoceRepr};
 
@@ -313,9 +313,9 @@ impl TransportQp {
             invalidate_rkey: wr.invalidate_rkey,
             remote: wr.remote,
             sges: if inline {
-                Vec::new()
+                SgeList::new()
             } else {
-                wr.sg_list.clone()
+                SgeList::from_slice(&wr.sg_list)
             },
             data,
             length: wr.total_length(),

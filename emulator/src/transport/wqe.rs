@@ -6,6 +6,11 @@ use softverbs_api::{wr::RemoteAddr, BindMwWr, RecvWr, Sge, WcStatus, WrOpcode};
 
 use crate::wire::Psn;
 
+/// A WQE's gather or scatter list. Most WRs have one or two SGEs: those are held in the WQE
+/// itself, so posting a WR allocates nothing (a per-message allocation showed as one of four
+/// mallocs per message of a ping-pong).
+pub type SgeList = smallvec::SmallVec<[Sge; 2]>;
+
 /// A send WR as the send queue holds it.
 #[derive(Debug, Clone)]
 pub struct SendWqe {
@@ -24,7 +29,7 @@ pub struct SendWqe {
     /// Remote address and key (RDMA and atomics).
     pub remote: RemoteAddr,
     /// Gather list (empty when the data was inlined).
-    pub sges: Vec<Sge>,
+    pub sges: SgeList,
     /// Data copied at post time (IBV_SEND_INLINE), or gathered when the first packet was built.
     pub data: Option<Vec<u8>>,
     /// Message length in bytes.
@@ -105,7 +110,7 @@ pub struct RecvWqe {
     /// User id.
     pub wr_id: u64,
     /// Scatter list.
-    pub sges: Vec<Sge>,
+    pub sges: SgeList,
     /// Total bytes the scatter list holds.
     pub length: u64,
 }
@@ -115,7 +120,7 @@ impl RecvWqe {
     pub fn from_wr(wr: &RecvWr) -> RecvWqe {
         RecvWqe {
             wr_id: wr.wr_id,
-            sges: wr.sg_list.clone(),
+            sges: SgeList::from_slice(&wr.sg_list),
             length: wr.sg_list.iter().map(|s| s.length as u64).sum(),
         }
     }
