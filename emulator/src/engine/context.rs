@@ -29,7 +29,8 @@ use crate::memory::MrTable;
 use crate::net::Link;
 use crate::transport::qp::ROCE_UDP_PORT;
 use crate::transport::{
-    AddressVector, AhTable, CompletionTarget, Env, NetHeader, Outputs, SharedRecvQueue, TransportQp,
+    AddressVector, AhTable, CallTime, CompletionTarget, Env, NetHeader, Outputs, SharedRecvQueue,
+    TransportQp,
 };
 
 thread_local! {
@@ -191,9 +192,10 @@ impl Device {
     ) -> R {
         let ahs = self.ahs.read();
         let mut qp = entry.qp.lock();
+        let read_clock = || super::worker::batch_now(&self.clock);
         let env = Env {
             mem: &self.mem,
-            now_ns: super::worker::batch_now(&self.clock),
+            now: CallTime::when_needed(&read_clock),
             srq: entry.srq.as_deref(),
             ahs: Some(&ahs),
             rx,

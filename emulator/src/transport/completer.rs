@@ -72,7 +72,7 @@ pub fn on_response(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out:
             }
             rewind(qp, resume);
             qp.timers.retransmit_at_ns = None;
-            qp.timers.rnr_retry_at_ns = Some(env.now_ns + rnr_timer_ns(timer));
+            qp.timers.rnr_retry_at_ns = Some(env.now_ns() + rnr_timer_ns(timer));
         }
         (OpKind::Ack, Some(AethKind::Nak(NakCode::PsnSequenceError))) => {
             let resume = ack_before(qp, psn, env, out).unwrap_or(psn);
@@ -195,10 +195,10 @@ fn on_atomic_ack(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: &
 
 /// Fires expired deadlines: the RNR wait ends, or the local ACK timeout retransmits.
 pub fn on_timer(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
-    if expired(qp.timers.rnr_retry_at_ns, env.now_ns) {
+    if expired(qp.timers.rnr_retry_at_ns, env.now_ns()) {
         qp.timers.rnr_retry_at_ns = None;
     }
-    if expired(qp.timers.retransmit_at_ns, env.now_ns) {
+    if expired(qp.timers.retransmit_at_ns, env.now_ns()) {
         qp.timers.retransmit_at_ns = None;
         if qp.comp.una == qp.req.next_psn {
             return;
@@ -313,7 +313,7 @@ fn complete_front(
 /// that.
 fn responses_still_coming(qp: &mut TransportQp, env: &Env<'_>) {
     if qp.timers.retransmit_at_ns.is_some() {
-        qp.timers.retransmit_at_ns = qp.ack_deadline_ns(env.now_ns);
+        qp.timers.retransmit_at_ns = qp.ack_deadline_ns(env.now_ns());
     }
 }
 
@@ -328,7 +328,7 @@ fn note_progress(qp: &mut TransportQp, progressed: bool, env: &Env<'_>) {
     qp.timers.retransmit_at_ns = if qp.comp.una == qp.req.next_psn {
         None
     } else if progressed || qp.timers.retransmit_at_ns.is_none() {
-        qp.ack_deadline_ns(env.now_ns)
+        qp.ack_deadline_ns(env.now_ns())
     } else {
         qp.timers.retransmit_at_ns
     };

@@ -28,7 +28,7 @@ pub mod wqe;
 pub use address::{AddressVector, AhTable, NetHeader};
 pub use counters::Counters;
 pub use output::{
-    payloads_in_memory, Completion, CompletionTarget, Env, OutPacket, Outputs, PayloadRef,
+    payloads_in_memory, CallTime, Completion, CompletionTarget, Env, OutPacket, Outputs, PayloadRef,
 };
 pub use qp::{PathInfo, TransportQp};
 pub use srq::SharedRecvQueue;

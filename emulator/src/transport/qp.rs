@@ -441,7 +441,7 @@ impl TransportQp {
         }
     }
 
-    /// Fires whatever deadline has passed at `env.now_ns`.
+    /// Fires whatever deadline has passed at `env.now_ns()`.
     pub fn on_timer(&mut self, env: &Env<'_>, out: &mut Outputs) {
         completer::on_timer(self, env, out);
         requester::run(self, env, out);

@@ -170,7 +170,7 @@ pub fn run(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
             qp.req.packet_index += 1;
         }
         if qp.qp_type == QpType::Rc && qp.timers.retransmit_at_ns.is_none() {
-            qp.timers.retransmit_at_ns = qp.ack_deadline_ns(env.now_ns);
+            qp.timers.retransmit_at_ns = qp.ack_deadline_ns(env.now_ns());
         }
     }
 }
