@@ -23,6 +23,10 @@ struct Node {
 }
 
 fn node(qpn: u32, peer_qpn: u32, peer_ip: [u8; 4]) -> Node {
+    node_with_mtu(qpn, peer_qpn, peer_ip, Mtu::Mtu256)
+}
+
+fn node_with_mtu(qpn: u32, peer_qpn: u32, peer_ip: [u8; 4], path_mtu: Mtu) -> Node {
     let cap = QpCap {
         max_send_wr: 16,
         max_recv_wr: 16,
@@ -43,7 +47,7 @@ fn node(qpn: u32, peer_qpn: u32, peer_ip: [u8; 4]) -> Node {
     let mut qp = TransportQp::new(qpn, QpType::Uc, PD, false, cap);
     let attr = QpAttr {
         qp_state: QpState::Rts,
-        path_mtu: Mtu::Mtu256,
+        path_mtu,
         dest_qp_num: peer_qpn,
         rq_psn: 500,
         sq_psn: 500,
@@ -137,6 +141,38 @@ fn data(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31) ^ seed)
         .collect()
+}
+
+#[test]
+fn small_payloads_travel_in_their_packet_and_large_ones_stay_in_memory_until_sent() {
+    let mut a = node_with_mtu(0x11, 0x12, [127, 0, 0, 2], Mtu::Mtu1024);
+    let msg = data(5, 1024 + 100);
+    a.buf.write(0, &msg).unwrap();
+    let sge = Sge {
+        addr: a.buf.addr(),
+        length: msg.len() as u32,
+        lkey: a.lkey,
+    };
+    let mut out = Outputs::default();
+    // As the engine drives it: payloads may be left in memory for the send.
+    let env = Env {
+        payload_by_reference: true,
+        ..Env::new(&a.mem, 0)
+    };
+    a.qp.post_send(&[SendWr::send(1, vec![sge])], &env, &mut out)
+        .unwrap();
+    let [first, last] = &out.packets[..] else {
+        panic!("{} packets for 1,124 bytes at MTU 1024", out.packets.len());
+    };
+    // 1,024 bytes: read from the MR as the packet leaves, right after the 12-byte BTH.
+    let left = first
+        .payload
+        .expect("a full packet's payload stays in memory");
+    assert_eq!(left.at, 12);
+    // 100 bytes: copied now, and the packet is whole.
+    assert_eq!(last.payload, None);
+    let (repr, _) = RoceRepr::parse(&last.bytes).unwrap();
+    assert_eq!(repr.payload, &msg[1024..]);
 }
 
 fn slot(b: &Node, slot: usize, len: usize) -> Vec<u8> {

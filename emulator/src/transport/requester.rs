@@ -29,6 +29,10 @@ pub const COALESCED_PACKETS_PER_ACK: u32 = 64;
 /// when the traffic stops; rxe's sends none, and the requester's timer retransmits with an
 /// ACK request instead.
 pub const COALESCE_MIN_TIMEOUT: u8 = 10;
+/// Payloads up to this many bytes are copied into their packet even when the driver could
+/// read them from memory at send time: a second region lookup and two more iovecs cost
+/// more than the copy.
+const COPY_PAYLOADS_UP_TO: usize = 256;
 
 /// Where the requester is in the send queue.
 #[derive(Debug, Clone, Copy, Default)]
@@ -417,8 +421,9 @@ fn build_packet(
         OutPacket::build(path, &repr)
     } else {
         // From registered memory: left there when the driver reads it at send time and it
-        // lies in one SGE, copied into the packet otherwise.
-        let in_place = if env.payload_by_reference {
+        // lies in one SGE, copied into the packet otherwise. A small payload is copied: that
+        // costs less than finding its region again at send time.
+        let in_place = if env.payload_by_reference && repr.payload.len() > COPY_PAYLOADS_UP_TO {
             let len = repr.payload.len();
             env.mem
                 .local_slice(qp.pd, &wqe.sges, offset, len)
