@@ -30,6 +30,8 @@ pub struct Backoff {
     idle_since: Option<Instant>,
     /// Moving average of the waits, in nanoseconds.
     typical_wait_ns: u64,
+    /// The current wait blocked at least once.
+    blocked: bool,
 }
 
 impl Backoff {
@@ -40,6 +42,7 @@ impl Backoff {
             idle: 0,
             idle_since: None,
             typical_wait_ns: SPIN_MIN.as_nanos() as u64 / 2,
+            blocked: false,
         }
     }
 
@@ -47,10 +50,10 @@ impl Backoff {
     pub fn reset(&mut self) {
         if let Some(since) = self.idle_since.take() {
             let waited = since.elapsed().as_nanos().min(u64::MAX as u128) as u64;
-            // An average over about 8 waits.
-            self.typical_wait_ns = self.typical_wait_ns - self.typical_wait_ns / 8 + waited / 8;
+            self.typical_wait_ns = learn(self.typical_wait_ns, waited, self.blocked);
         }
         self.idle = 0;
+        self.blocked = false;
     }
 
     /// How long a wait spins before it blocks.
@@ -70,8 +73,53 @@ impl Backoff {
         let since = *self.idle_since.get_or_insert_with(Instant::now);
         if since.elapsed() < self.spin_budget() {
             std::hint::spin_loop();
-        } else if self.ctx.wait_for_traffic(WAIT) {
-            self.idle = 0;
+        } else {
+            self.blocked = true;
+            if self.ctx.wait_for_traffic(WAIT) {
+                self.idle = 0;
+            }
         }
+    }
+}
+
+/// The moving average of the waits (about 8 of them) after a wait of `waited_ns`, which
+/// `blocked` or ended while spinning.
+///
+/// A wait that ended only after the loop blocked does not raise the average: spinning did
+/// not end it, and it may have lasted because of the spinning. On a two-core machine a
+/// spinning thread can keep the kernel's deferred network work (ksoftirqd) off its CPU, so
+/// the datagram it waits for arrives once it blocks; learning from such waits made the next
+/// spin longer, and a loopback ping-pong ramped from 5 us to 1 ms per round trip (twice
+/// `SPIN_MAX`) for dozens of round trips at a time.
+fn learn(typical_ns: u64, waited_ns: u64, blocked: bool) -> u64 {
+    let waited_ns = if blocked {
+        waited_ns.min(typical_ns)
+    } else {
+        waited_ns
+    };
+    typical_ns - typical_ns / 8 + waited_ns / 8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_that_blocked_never_lengthen_the_spin_and_spun_out_waits_do() {
+        let start = 10_000;
+        // Waits of ten times the budget, each ended after blocking: no ramp.
+        let mut typical = start;
+        for _ in 0..50 {
+            typical = learn(typical, 10 * 2 * typical, true);
+        }
+        assert_eq!(typical, start);
+        // Short blocked waits still shorten it.
+        assert!(learn(start, 1_000, true) < start);
+        // Waits that spinning ended are learned as they are.
+        let mut typical = start;
+        for _ in 0..50 {
+            typical = learn(typical, 100_000, false);
+        }
+        assert!(typical > 95_000, "{typical}");
     }
 }
