@@ -6,10 +6,10 @@ use softverbs_api::{wr::RemoteAddr, BindMwWr, RecvWr, Sge, WcStatus, WrOpcode};
 
 use crate::wire::Psn;
 
-/// A WQE's gather or scatter list. Most WRs have one or two SGEs: those are held in the WQE
-/// itself, so posting a WR allocates nothing (a per-message allocation showed as one of four
-/// mallocs per message of a ping-pong).
-pub type SgeList = smallvec::SmallVec<[Sge; 2]>;
+/// A WQE's gather or scatter list. Most WRs have one SGE: it is held in the WQE itself, in
+/// the room a `Vec` takes, so posting such a WR allocates nothing (the copy of the list was
+/// one of four mallocs per message of a ping-pong).
+pub type SgeList = smallvec::SmallVec<[Sge; 1]>;
 
 /// A send WR as the send queue holds it.
 #[derive(Debug, Clone)]
