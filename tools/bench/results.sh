@@ -57,7 +57,7 @@ A="write_bw --loopback --link inproc -s 65536 -n 20000"
 bw=$(run "$A" 'd["results"][0]["bw_avg_mbs"]')
 row "WRITE 64 KiB, in-process link" "$A" "$(printf '%.0f MB/s' "$bw")" "no sockets" ">= 3000 MB/s"
 
-A="send_lat --loopback -s 8 -n 5000 --baseline"
+A="send_lat --loopback -s 8 -n 5000 --baseline --rounds 5"
 lat=$(run "$A" 'd["results"][0]["t_typical_us"]')
 ratio=$(run "$A" 'd["results"][0]["ratio_to_udp"]')
 base=$(run "$A" 'd["baseline"][0]["half_rtt_us"]')

@@ -1,39 +1,64 @@
 //! Completion queues: bounded FIFOs of work completions filled by the engine, with the
 //! arming state of `ibv_req_notify_cq` when they report to a completion channel.
+//!
+//! Lock-free: whoever completes work (the engine thread, or an application thread receiving
+//! for its device) pushes and applications poll without a lock between them. The entries go
+//! through a crossbeam channel whose unbounded flavour allocates blocks of slots as
+//! completions come and go (a 64k-entry CQ costs nothing until it fills), with a counter
+//! that enforces the capacity; the arming is one atomic.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crossbeam_channel::{Receiver, Sender};
 use softverbs_api::{VerbsError, VerbsResult, WcStatus, WorkCompletion};
 
 use super::comp_channel::CompChannel;
 
 /// What the next completion must be to raise a completion event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 enum Arm {
     /// Not armed: completions raise no event.
-    Off,
+    Off = 0,
     /// The next solicited completion (or unsuccessful one, as the IB spec adds).
-    Solicited,
+    Solicited = 1,
     /// The next completion of any kind.
-    Next,
+    Next = 2,
 }
 
-struct CqState {
-    entries: VecDeque<WorkCompletion>,
-    arm: Arm,
+impl Arm {
+    fn from_u8(v: u8) -> Arm {
+        match v {
+            1 => Arm::Solicited,
+            2 => Arm::Next,
+            _ => Arm::Off,
+        }
+    }
+
+    /// Whether a completion fires this arming. IB spec: a solicited-only arming fires on a
+    /// solicited completion and on any unsuccessful one (flushes included).
+    fn fired_by(self, wc: &WorkCompletion, solicited: bool) -> bool {
+        match self {
+            Arm::Off => false,
+            Arm::Next => true,
+            Arm::Solicited => solicited || wc.status != WcStatus::Success,
+        }
+    }
 }
 
 /// A completion queue of fixed capacity. On overrun the CQ enters an error state (as a real
 /// CQ does) instead of dropping completions silently: every later poll fails with EIO, and
 /// the engine raises `IBV_EVENT_CQ_ERR` for it.
 pub struct CompletionQueue {
-    state: Mutex<CqState>,
-    /// The number of queued completions, written under `state`'s lock: a poll of an empty
-    /// CQ (the common case of a busy-polling application) reads it instead of locking.
+    sender: Sender<WorkCompletion>,
+    receiver: Receiver<WorkCompletion>,
+    /// Completions queued, or being queued: a push takes its place here before it sends, so
+    /// the capacity holds however many threads push at once, and a poll of an empty CQ (what
+    /// a busy-polling application does most) is one load.
     queued: AtomicUsize,
+    /// An [`Arm`].
+    arm: AtomicU8,
     capacity: usize,
     overrun: AtomicBool,
     id: u32,
@@ -55,12 +80,12 @@ impl CompletionQueue {
         owner: u64,
         channel: Option<Arc<CompChannel>>,
     ) -> Self {
+        let (sender, receiver) = crossbeam_channel::unbounded();
         CompletionQueue {
-            state: Mutex::new(CqState {
-                entries: VecDeque::with_capacity(capacity.min(4096)),
-                arm: Arm::Off,
-            }),
+            sender,
+            receiver,
             queued: AtomicUsize::new(0),
+            arm: AtomicU8::new(Arm::Off as u8),
             capacity,
             overrun: AtomicBool::new(false),
             id,
@@ -98,28 +123,31 @@ impl CompletionQueue {
         if self.overrun.load(Ordering::Acquire) {
             return false;
         }
-        let mut state = self.state.lock();
-        if state.entries.len() >= self.capacity {
+        if self.queued.fetch_add(1, Ordering::AcqRel) >= self.capacity {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
             let first = !self.overrun.swap(true, Ordering::AcqRel);
             // An armed waiter is woken too, so that it polls and sees the error rather
             // than wait for an event that can no longer come.
-            if state.arm != Arm::Off {
-                state.arm = Arm::Off;
+            if self.arm.swap(Arm::Off as u8, Ordering::SeqCst) != Arm::Off as u8 {
                 self.raise();
             }
             return first;
         }
-        state.entries.push_back(wc);
-        self.queued.store(state.entries.len(), Ordering::Release);
-        // IB spec: a solicited-only arming fires on a solicited completion and on any
-        // unsuccessful one (flushes included).
-        let fire = match state.arm {
-            Arm::Off => false,
-            Arm::Next => true,
-            Arm::Solicited => solicited || wc.status != WcStatus::Success,
-        };
-        if fire {
-            state.arm = Arm::Off;
+        // Cannot fail: the CQ holds the receiving end.
+        let _ = self.sender.send(wc);
+        // The completion is visible before the arming is read, as `req_notify` arms before
+        // its caller polls again: either this push sees the arming, or that poll sees the
+        // completion (a fence on both sides; at worst an event for a completion the poll
+        // already took, which the consumer's next poll finds empty).
+        fence(Ordering::SeqCst);
+        let armed = self.arm.load(Ordering::SeqCst);
+        // One event per arming, however many pushes see it at once.
+        if Arm::from_u8(armed).fired_by(&wc, solicited)
+            && self
+                .arm
+                .compare_exchange(armed, Arm::Off as u8, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
             self.raise();
         }
         false
@@ -136,11 +164,18 @@ impl CompletionQueue {
     /// none, so a consumer arms, then polls once more before it waits. Asking for both
     /// keeps the wider `Next`. Without a channel the arming has no effect, as on hardware.
     pub fn req_notify(&self, solicited_only: bool) {
-        let mut state = self.state.lock();
-        state.arm = match (state.arm, solicited_only) {
-            (_, false) | (Arm::Next, true) => Arm::Next,
-            _ => Arm::Solicited,
-        };
+        let _ = self
+            .arm
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
+                let wider = match (Arm::from_u8(now), solicited_only) {
+                    (_, false) | (Arm::Next, true) => Arm::Next,
+                    _ => Arm::Solicited,
+                };
+                Some(wider as u8)
+            });
+        // Pairs with the fence in `push`: the caller's next poll sees every completion whose
+        // push did not see this arming.
+        fence(Ordering::SeqCst);
     }
 
     /// True once the CQ has overrun (it is in error).
@@ -156,17 +191,22 @@ impl CompletionQueue {
                 message: format!("completion queue overrun (capacity {})", self.capacity),
             });
         }
-        // A completion pushed concurrently with this load is found by the next poll, as if
-        // it had come just after this one.
-        if self.queued.load(Ordering::Acquire) == 0 || out.is_empty() {
+        if self.queued.load(Ordering::Acquire) == 0 {
             return Ok(0);
         }
-        let mut state = self.state.lock();
-        let n = out.len().min(state.entries.len());
-        for (slot, wc) in out.iter_mut().zip(state.entries.drain(..n)) {
+        let mut n = 0;
+        for slot in out.iter_mut() {
+            // A push between its count and its send is found by the next poll, as if it
+            // had come just after this one.
+            let Ok(wc) = self.receiver.try_recv() else {
+                break;
+            };
             *slot = wc;
+            n += 1;
         }
-        self.queued.store(state.entries.len(), Ordering::Release);
+        if n > 0 {
+            self.queued.fetch_sub(n, Ordering::AcqRel);
+        }
         Ok(n)
     }
 
@@ -202,6 +242,82 @@ mod tests {
     }
 
     const NOW: Option<Duration> = Some(Duration::ZERO);
+
+    #[test]
+    fn completions_pushed_from_many_threads_all_arrive_once_in_each_threads_order() {
+        const THREADS: u64 = 4;
+        const EACH: u64 = 20_000;
+        let cq = Arc::new(CompletionQueue::new((THREADS * EACH) as usize));
+        let pushers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let cq = cq.clone();
+                std::thread::spawn(move || {
+                    for i in 0..EACH {
+                        assert!(!cq.push(wc(t << 32 | i, WcStatus::Success), false));
+                    }
+                })
+            })
+            .collect();
+        let mut next = [0u64; THREADS as usize];
+        let mut out = [WorkCompletion::default(); 16];
+        let started = std::time::Instant::now();
+        while next.iter().sum::<u64>() < THREADS * EACH {
+            assert!(started.elapsed() < Duration::from_secs(30), "{next:?}");
+            let n = cq.poll(&mut out).unwrap();
+            for w in &out[..n] {
+                let (t, i) = ((w.wr_id >> 32) as usize, w.wr_id & 0xffff_ffff);
+                assert_eq!(i, next[t], "thread {t}'s completions out of order");
+                next[t] += 1;
+            }
+        }
+        for p in pushers {
+            p.join().unwrap();
+        }
+        assert_eq!(cq.poll(&mut out).unwrap(), 0);
+        assert!(cq.is_empty());
+    }
+
+    #[test]
+    fn a_consumer_that_arms_then_polls_never_misses_a_completion() {
+        // The consumer's loop of ibv_req_notify_cq(3): poll to empty, arm, poll once more,
+        // and only then wait for the event. A lost wake-up hangs the wait (bounded here).
+        const ROUNDS: u64 = 20_000;
+        let (cq, ch) = cq_on_channel(4);
+        let cq = Arc::new(cq);
+        let producer = {
+            let cq = cq.clone();
+            std::thread::spawn(move || {
+                for i in 0..ROUNDS {
+                    // Each push lands while the consumer drains, arms and polls again.
+                    while !cq.is_empty() {
+                        std::hint::spin_loop();
+                    }
+                    assert!(!cq.push(wc(i, WcStatus::Success), false));
+                }
+            })
+        };
+        let mut out = [WorkCompletion::default(); 4];
+        let mut got = 0;
+        while got < ROUNDS {
+            let n = cq.poll(&mut out).unwrap();
+            if n > 0 {
+                got += n as u64;
+                continue;
+            }
+            cq.req_notify(false);
+            let n = cq.poll(&mut out).unwrap();
+            if n > 0 {
+                got += n as u64;
+                continue;
+            }
+            assert_eq!(
+                ch.get(Some(Duration::from_secs(10))),
+                Some(7),
+                "no event after {got} completions"
+            );
+        }
+        producer.join().unwrap();
+    }
 
     #[test]
     fn only_armed_completions_raise_one_event_each() {
