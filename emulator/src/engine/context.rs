@@ -408,7 +408,7 @@ impl Device {
 
     /// Polls CQ `cq` under the table's read lock: a polling loop makes this call millions of
     /// times a second, and taking a reference to the CQ (an atomic increment and decrement)
-    /// cost as much as the poll. `CompletionQueue::poll` takes no other lock of the device.
+    /// cost as much as the poll. `CompletionQueue::poll` takes no lock.
     fn poll_cq_now(&self, cq: u32, out: &mut [WorkCompletion]) -> VerbsResult<usize> {
         self.cqs.read().get(&cq).ok_or_else(|| no_cq(cq))?.poll(out)
     }

@@ -192,7 +192,7 @@ impl LastReceive {
 /// An application thread that finds a datagram after finding none (a ping-pong, or the
 /// first datagram of a stream) receives just that one and returns to its CQ: a batch
 /// receive would look for a second datagram, and finding none costs the kernel another
-/// receive attempt (0.3 us of a ping-pong's half round trip). The application's next poll
+/// receive attempt (0.2 us of a ping-pong's half round trip). The application's next poll
 /// takes whatever followed, in a full batch.
 fn receive_ready(
     dev: &Device,
