@@ -165,3 +165,33 @@ fn send_recv_over_ipv6_loopback_with_explicit_ports() {
     send_and_verify(&a, &b, 5000, 1);
     send_and_verify(&b, &a, 5000, 2);
 }
+
+#[test]
+fn a_peer_named_without_its_port_is_reached_on_the_port_its_device_is_configured_with() {
+    // perftest's connection keys carry no UDP port: two devices of this process on other
+    // ports than 4791 (beside a kernel rxe holding 4791) must still reach each other.
+    let open = |n: u8, port: u16| {
+        let mut cfg = DeviceConfig::new(device_name(FILE, n), test_ip(FILE, n));
+        cfg.udp_port = port;
+        register_and_open(cfg)
+    };
+    let ctx_a = open(21, 47931);
+    let ctx_b = open(22, 47932);
+    let (a, b) = side_pair(&ctx_a, &ctx_b, &SideConfig::default());
+    let opts = RcConnectOptions {
+        sgid_index: 1,
+        ..RcConnectOptions::default()
+    };
+    let mut ep_a = a.qp.endpoint(0x42, 1).unwrap();
+    let mut ep_b = b.qp.endpoint(0x77, 1).unwrap();
+    assert_eq!((ep_a.udp_port, ep_b.udp_port), (Some(47931), Some(47932)));
+    ep_a.udp_port = None;
+    ep_b.udp_port = None;
+    a.qp.connect_rc(0x42, &ep_b, &opts).unwrap();
+    b.qp.connect_rc(0x77, &ep_a, &opts).unwrap();
+    assert_eq!(a.qp.query().unwrap().0.ah_attr.udp_dport, Some(47932));
+    assert_eq!(b.qp.query().unwrap().0.ah_attr.udp_dport, Some(47931));
+
+    send_and_verify(&a, &b, 3000, 3);
+    send_and_verify(&b, &a, 3000, 4);
+}

@@ -446,6 +446,16 @@ impl Device {
         Ok(())
     }
 
+    /// The UDP port packets to `ah`'s destination go to: the one it names, else, from a UDP
+    /// device, the port of the process's own UDP device at that address if it is not 4791
+    /// (see `registry::udp_port_of`), else none (4791).
+    fn udp_dport_of(&self, ah: &AhAttr) -> Option<u16> {
+        ah.udp_dport.or_else(|| match self.config.link {
+            super::config::LinkConfig::Udp => super::registry::udp_port_of(ah.dgid.to_ip()),
+            _ => None,
+        })
+    }
+
     fn check_path(&self, attr: &QpAttr, mask: QpAttrMask) -> VerbsResult<()> {
         if mask.contains(QpAttrMask::AV) {
             self.check_av(&attr.ah_attr)?;
@@ -856,9 +866,13 @@ impl VerbsContext for EmuContext {
             max_qp_init_rd_atom: MAX_RD_ATOMIC,
         };
         dev.check_path(attr, mask)?;
+        let mut attr = *attr;
+        if mask.contains(QpAttrMask::AV) {
+            attr.ah_attr.udp_dport = dev.udp_dport_of(&attr.ah_attr);
+        }
         dev.on_qp(&entry, None, |qp, _, out| {
-            validate_modify(qp.qp_type, qp.state(), attr, mask, &limits)?;
-            qp.apply_modify(attr, mask, out);
+            validate_modify(qp.qp_type, qp.state(), &attr, mask, &limits)?;
+            qp.apply_modify(&attr, mask, out);
             Ok(())
         })
     }
@@ -976,7 +990,7 @@ impl VerbsContext for EmuContext {
         let av = AddressVector {
             pd,
             dst_ip: attr.dgid.to_ip(),
-            udp_dst_port: attr.udp_dport.unwrap_or(ROCE_UDP_PORT),
+            udp_dst_port: dev.udp_dport_of(attr).unwrap_or(ROCE_UDP_PORT),
         };
         dev.ahs
             .write()

@@ -17,6 +17,7 @@ use crate::net::fault::{FaultCounters, FaultyLink};
 use crate::net::qemu_socket::QemuSocketLink;
 use crate::net::udp::UdpLink;
 use crate::net::Link;
+use crate::transport::qp::ROCE_UDP_PORT;
 
 /// The environment variable listing emulated devices (see [`DeviceConfig::parse_list`]).
 pub const DEVICES_ENV: &str = "SOFTVERBS_DEVICES";
@@ -93,6 +94,21 @@ pub fn device_list() -> VerbsResult<Vec<DeviceConfig>> {
         list.extend(reg.registered.iter().cloned());
     }
     Ok(list)
+}
+
+/// The UDP port of the process's UDP device at `ip` (of [`device_list`]) when it is not
+/// 4791: where a peer that names no port must be sent to. perftest's connection keys, and
+/// so `softverbs perf` between two processes, carry no port; two devices on other ports
+/// (beside a kernel rxe, which holds 4791 on every address) would otherwise send each
+/// other's packets to rxe, and retry forever.
+pub(crate) fn udp_port_of(ip: IpAddr) -> Option<u16> {
+    let ip = ip.to_canonical();
+    device_list()
+        .ok()?
+        .into_iter()
+        .find(|d| matches!(d.link, LinkConfig::Udp) && d.ip.to_canonical() == ip)
+        .map(|d| d.udp_port)
+        .filter(|&port| port != ROCE_UDP_PORT)
 }
 
 /// Opens device `name`: the first open binds its link and starts its engine thread; later
