@@ -21,6 +21,10 @@ use crate::perftest_oob::{PerftestComm, PerftestKeys};
 const INDEX_BITS: u32 = 40;
 /// Shortest window the peak bandwidth is measured over.
 const PEAK_WINDOW: Duration = Duration::from_millis(10);
+/// Longest time without a completion while WRs are outstanding before the run is declared
+/// stuck (a peer that never answers: with retry_cnt 7 the QP retries for ever, as rxe's
+/// does). Generous: rxe under emulation takes seconds for one 8 MiB message.
+const STUCK: Duration = Duration::from_secs(60);
 
 fn failed(wc: &WorkCompletion) -> VerbsError {
     VerbsError::Io {
@@ -163,6 +167,7 @@ pub fn client(
     let mut stopping = deadline.is_none();
     let (mut win_start, mut win_done, mut peak) = (started, 0u64, 0.0f64);
     let mut total_done = 0u64;
+    let mut last_completion = started;
     let total_goal = if deadline.is_none() {
         Some(per_qp_limit * nq as u64)
     } else {
@@ -211,10 +216,20 @@ pub fn client(
             done[q] = idx + 1;
             completions += 1;
         }
+        let now = Instant::now();
         if k > 0 {
             progressed = true;
+            last_completion = now;
+        } else if now - last_completion > STUCK && (0..nq).any(|q| posted[q] > done[q]) {
+            return Err(VerbsError::Io {
+                errno: libc::ETIMEDOUT,
+                message: format!(
+                    "no completion for {} s ({total_done} messages done): does the peer's \
+                     device receive on the UDP port this side sends to?",
+                    STUCK.as_secs()
+                ),
+            });
         }
-        let now = Instant::now();
         if now - win_start >= PEAK_WINDOW {
             let rate = (total_done - win_done) as f64 / (now - win_start).as_secs_f64();
             peak = peak.max(rate);
