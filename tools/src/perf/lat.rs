@@ -18,6 +18,14 @@ use crate::perftest_oob::{PerftestComm, PerftestKeys};
 
 /// Longest wait for one round trip before the run is declared stuck.
 const STUCK: Duration = Duration::from_secs(30);
+
+/// Whether a wait that began at `started` has lasted over [`STUCK`]: counts the calls in
+/// `polls` and reads the clock on one in 256 (a read can be a system call on a VM, see
+/// `backoff::CLOCK_EVERY`).
+fn stuck(started: Instant, polls: &mut u32) -> bool {
+    *polls = polls.wrapping_add(1);
+    polls.is_multiple_of(256) && started.elapsed() > STUCK
+}
 /// How long a WRITE ping-pong server that counts still waits for the client's last WRITE
 /// once the client has moved on past the test.
 const LAST_WRITE_GRACE: Duration = Duration::from_secs(1);
@@ -84,9 +92,10 @@ fn finish_sends(
 ) -> VerbsResult<()> {
     let mut backoff = Backoff::new(&side.ctx);
     let started = Instant::now();
+    let mut polls = 0;
     while seen.sends_done < posted {
         if reap(side, wcs, seen, size)? == 0 {
-            if started.elapsed() > STUCK {
+            if stuck(started, &mut polls) {
                 return Err(io(format!(
                     "{} of {posted} sends of {size} B completed",
                     seen.sends_done
@@ -197,8 +206,9 @@ impl Pinger<'_> {
         self.post(i, signaled(i, self.last))
     }
 
-    fn round_trip(&mut self, i: u64) -> VerbsResult<()> {
-        let started = Instant::now();
+    /// Round trip `i`, which began at `started`.
+    fn round_trip(&mut self, i: u64, started: Instant) -> VerbsResult<()> {
+        let mut polls = 0;
         match self.verb {
             Verb::Write => {
                 // As ib_write_lat's client: wait for the server's k-th WRITE, answer it.
@@ -206,7 +216,7 @@ impl Pinger<'_> {
                 while last_byte(self.side, self.size)? != t {
                     reap(self.side, &mut self.wcs, &mut self.seen, self.size)?;
                     self.backoff.idle();
-                    if started.elapsed() > STUCK {
+                    if stuck(started, &mut polls) {
                         return Err(io(format!("no WRITE from the server for round trip {i}")));
                     }
                 }
@@ -224,7 +234,7 @@ impl Pinger<'_> {
                     reap(self.side, &mut self.wcs, &mut self.seen, self.size)?;
                     if self.seen.recvs < want {
                         self.backoff.idle();
-                        if started.elapsed() > STUCK {
+                        if stuck(started, &mut polls) {
                             return Err(io(format!("no SEND back for round trip {i}")));
                         }
                     }
@@ -242,7 +252,7 @@ impl Pinger<'_> {
                         break;
                     }
                     self.backoff.idle();
-                    if started.elapsed() > STUCK {
+                    if stuck(started, &mut polls) {
                         return Err(io(format!("no completion for round trip {i}")));
                     }
                 }
@@ -300,16 +310,24 @@ pub fn client(
     let started = Instant::now();
     let deadline = s.duration.map(|d| started + d);
     let mut i = 0u64;
+    // One clock read per round trip, as perftest (which reads the TSC): a round trip begins
+    // when the last one ended. On a VM whose clock source is not the TSC a read is a system
+    // call of microseconds (see `backoff::CLOCK_EVERY`).
+    let mut t0 = started;
     loop {
-        let t0 = Instant::now();
         if deadline.map_or(i >= s.iters, |d| t0 >= d) {
             break;
         }
-        p.round_trip(i)?;
+        p.round_trip(i, t0)?;
         let t1 = Instant::now();
         samples.push((t1 - t0).as_nanos() as u64);
         i += 1;
-        progress.tick(t1, i, deadline.is_none().then_some(s.iters), s.duration, "");
+        t0 = t1;
+        if progress.due(t1) {
+            progress.tick(t1, i, deadline.is_none().then_some(s.iters), s.duration, "");
+            // Printing is not part of the next round trip.
+            t0 = Instant::now();
+        }
     }
     progress.finish();
     // A ping-pong; READs and atomics were waited for one by one.
@@ -358,6 +376,7 @@ pub fn server_write(
         // and an ACK it owed lost with it).
         post_nth(side, &mut wr, base, i, one_in_every(i))?;
         let started = Instant::now();
+        let mut polls = 0;
         while last_byte(side, size)? != t {
             reap(side, &mut wcs, &mut seen, size)?;
             // Under -D the client stops when it likes; with a count, a client that went
@@ -370,7 +389,7 @@ pub fn server_write(
                 Some(at) if at.elapsed() > LAST_WRITE_GRACE => return Ok(i),
                 _ => {}
             }
-            if count.is_some() && started.elapsed() > STUCK {
+            if count.is_some() && stuck(started, &mut polls) {
                 return Err(io(format!("no WRITE from the client for round trip {i}")));
             }
             backoff.idle();
