@@ -25,6 +25,13 @@ const SPIN_MAX: Duration = Duration::from_micros(500);
 /// Longest wait for traffic in one back-off.
 const WAIT: Duration = Duration::from_micros(100);
 
+/// Counts a call in `calls`; true for one call in `every`: the one that may read the clock
+/// (see [`CLOCK_EVERY`]).
+pub fn clock_due(calls: &mut u32, every: u32) -> bool {
+    *calls = calls.wrapping_add(1);
+    calls.is_multiple_of(every)
+}
+
 /// The state of one polling loop.
 pub struct Backoff {
     ctx: Context,

@@ -8,7 +8,7 @@ use softverbs::{
 };
 
 use super::args::{Settings, Verb};
-use super::backoff::Backoff;
+use super::backoff::{clock_due, Backoff};
 use super::bw::{template, verify_pattern};
 use super::oob::PeerWatch;
 use super::progress::Progress;
@@ -18,17 +18,17 @@ use crate::perftest_oob::{PerftestComm, PerftestKeys};
 
 /// Longest wait for one round trip before the run is declared stuck.
 const STUCK: Duration = Duration::from_secs(30);
-
-/// Whether a wait that began at `started` has lasted over [`STUCK`]: counts the calls in
-/// `polls` and reads the clock on one in 256 (a read can be a system call on a VM, see
-/// `backoff::CLOCK_EVERY`).
-fn stuck(started: Instant, polls: &mut u32) -> bool {
-    *polls = polls.wrapping_add(1);
-    polls.is_multiple_of(256) && started.elapsed() > STUCK
-}
+/// Empty polls per look at the clock for [`STUCK`].
+const STUCK_CHECK_EVERY: u32 = 256;
 /// How long a WRITE ping-pong server that counts still waits for the client's last WRITE
 /// once the client has moved on past the test.
 const LAST_WRITE_GRACE: Duration = Duration::from_secs(1);
+
+/// Whether a wait that began at `started` has lasted over [`STUCK`]: counts the calls in
+/// `polls` and reads the clock on one in [`STUCK_CHECK_EVERY`].
+fn stuck(started: Instant, polls: &mut u32) -> bool {
+    clock_due(polls, STUCK_CHECK_EVERY) && started.elapsed() > STUCK
+}
 
 fn io(message: String) -> VerbsError {
     VerbsError::Io { errno: 5, message }

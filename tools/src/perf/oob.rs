@@ -32,7 +32,7 @@ const PEER_CHECK: Duration = Duration::from_millis(1);
 /// reached its next exchange (and so waits for this side)?
 pub struct PeerWatch {
     next: Instant,
-    /// Calls since the clock was last read (see `backoff::CLOCK_EVERY`).
+    /// Calls so far (see `backoff::clock_due`).
     calls: u32,
 }
 
@@ -47,11 +47,9 @@ impl PeerWatch {
 
     /// `None` if no look is due yet; otherwise whether the peer waits.
     pub fn check(&mut self, comm: &PerftestComm) -> VerbsResult<Option<bool>> {
-        self.calls += 1;
-        if self.calls < super::backoff::CLOCK_EVERY {
+        if !super::backoff::clock_due(&mut self.calls, super::backoff::CLOCK_EVERY) {
             return Ok(None);
         }
-        self.calls = 0;
         let now = Instant::now();
         if now < self.next {
             return Ok(None);
