@@ -16,12 +16,7 @@ use softverbs_emu::wire::{
 fn conformance_dir() -> PathBuf {
     let dir = std::env::var_os("SOFTVERBS_CONFORMANCE_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../shared/conformance"
-            ))
-        });
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../conformance")));
     assert!(
         dir.join("README.md").is_file(),
         "conformance captures missing at {}",

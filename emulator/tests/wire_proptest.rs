@@ -19,10 +19,7 @@ fn captured() -> &'static [(IcrcContext, Vec<u8>)] {
         let dir = std::env::var_os("SOFTVERBS_CONFORMANCE_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| {
-                PathBuf::from(concat!(
-                    env!("CARGO_MANIFEST_DIR"),
-                    "/../../shared/conformance"
-                ))
+                PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../conformance"))
             });
         let mut out = Vec::new();
         for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
