@@ -25,13 +25,23 @@ pub enum VerbsError {
     #[error("not supported: {0}")]
     NotSupported(String),
     /// A system call failed.
-    #[error("I/O error: {message} (errno {errno})")]
+    #[error("I/O error: {}", io_text(message, *errno))]
     Io {
         /// The errno the OS reported.
         errno: i32,
         /// What was being done.
         message: String,
     },
+}
+
+/// `message` with the errno appended, unless the message already ends with it as
+/// `std::io::Error` prints it ("(os error N)"): the number is said once.
+fn io_text(message: &str, errno: i32) -> String {
+    if message.ends_with(&format!("(os error {errno})")) {
+        message.to_string()
+    } else {
+        format!("{message} (errno {errno})")
+    }
 }
 
 impl VerbsError {
@@ -56,5 +66,30 @@ impl VerbsError {
     /// Shorthand for [`VerbsError::OutOfResources`].
     pub fn nomem(msg: impl Into<String>) -> Self {
         VerbsError::OutOfResources(msg.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::VerbsError;
+
+    #[test]
+    fn an_io_error_names_its_errno_once() {
+        let os = std::io::Error::from_raw_os_error(98);
+        let e = VerbsError::Io {
+            errno: 98,
+            message: format!("binding 127.0.0.1:4791: {os}"),
+        };
+        let text = e.to_string();
+        assert_eq!(text.matches("98").count(), 1, "{text}");
+        assert!(text.ends_with("(os error 98)"), "{text}");
+        let plain = VerbsError::Io {
+            errno: 110,
+            message: "no completion for 60 s".into(),
+        };
+        assert_eq!(
+            plain.to_string(),
+            "I/O error: no completion for 60 s (errno 110)"
+        );
     }
 }
