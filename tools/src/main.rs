@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use softverbs::select::Provider;
 
+mod broken_pipe;
 mod decode;
 mod demo;
 mod ibv_oob;
@@ -46,6 +47,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    broken_pipe::exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
     match cli.command {
         Command::Devices => list_devices(),
