@@ -40,6 +40,7 @@ pub fn all_devices() -> VerbsResult<Vec<DeviceInfo>> {
 }
 
 fn emu_devices() -> VerbsResult<Vec<DeviceInfo>> {
+    engine::config::check_env()?;
     Ok(engine::device_list()?
         .into_iter()
         .map(|d| DeviceInfo {
@@ -99,6 +100,7 @@ impl Context {
         if provider == Provider::Hw {
             return open_hw(name);
         }
+        engine::config::check_env()?;
         let emu = engine::open_device(name)?;
         Ok(Context {
             inner: Arc::new(ContextInner {

@@ -4,6 +4,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use softverbs_api::{VerbsError, VerbsResult};
 
+use super::registry::DEVICES_ENV;
 use crate::net::channel::ChannelNetwork;
 use crate::net::fault::FaultSetting;
 use crate::transport::qp::ROCE_UDP_PORT;
@@ -124,8 +125,11 @@ impl DeviceConfig {
     /// then stands on a qemu socket netdev's segment ([`LinkConfig::QemuSocket`], frames
     /// received on UDP `LOCAL` and sent to UDP `PEER`) with netdev MTU `MTU` (1500 if not
     /// given), e.g. `lab=10.77.0.1@127.0.0.1:47901/127.0.0.1:47902/9000`.
+    /// EINVAL naming `SOFTVERBS_DEVICES` and the entry for a malformed entry, a name used
+    /// twice, or two UDP devices on one address and port.
     pub fn parse_list(spec: &str) -> VerbsResult<Vec<DeviceConfig>> {
-        let mut out = Vec::new();
+        let bad = |what: String| VerbsError::inval(format!("{DEVICES_ENV}={spec:?}: {what}"));
+        let mut out: Vec<DeviceConfig> = Vec::new();
         for (index, entry) in spec.split(',').map(str::trim).enumerate() {
             if entry.is_empty() {
                 continue;
@@ -135,30 +139,86 @@ impl DeviceConfig {
                 None => (format!("softrxe{index}"), entry),
             };
             if name.is_empty() {
-                return Err(VerbsError::inval(format!("empty device name in {entry:?}")));
+                return Err(bad(format!("empty device name in {entry:?}")));
             }
             let (addr, link) = match addr.split_once('@') {
                 Some((a, l)) => (a, Some(parse_qemu_link(l)?)),
                 None => (addr, None),
             };
-            let (ip, port) = parse_addr(addr)
-                .ok_or_else(|| VerbsError::inval(format!("bad device address {addr:?}")))?;
+            let (ip, port) = parse_addr(addr).ok_or_else(|| {
+                bad(format!(
+                    "bad device address {addr:?} (expected IP, IP:PORT, [IPv6] or [IPv6]:PORT)"
+                ))
+            })?;
             let mut cfg = DeviceConfig::new(name, ip);
             if let Some(port) = port {
                 cfg.udp_port = port;
             }
             if let Some((link, mtu)) = link {
                 if !ip.is_ipv4() {
-                    return Err(VerbsError::inval(format!(
+                    return Err(bad(format!(
                         "{entry:?}: a qemu socket link carries IPv4 only"
                     )));
                 }
                 cfg.link = link;
                 cfg.netdev_mtu = mtu;
             }
+            if let Some(twin) = out.iter().find(|d| d.name == cfg.name) {
+                return Err(bad(format!(
+                    "device name {:?} is given twice ({} and {})",
+                    cfg.name, twin.ip, cfg.ip
+                )));
+            }
+            let udp = |d: &DeviceConfig| matches!(d.link, LinkConfig::Udp);
+            if let Some(twin) = out
+                .iter()
+                .find(|d| udp(d) && udp(&cfg) && d.ip == cfg.ip && d.udp_port == cfg.udp_port)
+            {
+                return Err(bad(format!(
+                    "devices {:?} and {:?} are both on {} port {} (each device needs its own address)",
+                    twin.name, cfg.name, cfg.ip, cfg.udp_port
+                )));
+            }
             out.push(cfg);
         }
         Ok(out)
+    }
+}
+
+/// The on/off switches the emulator reads from the environment: `0` (off) or `1` (on).
+pub const SWITCH_ENVS: [&str; 2] = [ACK_COALESCING_ENV, crate::net::udp::GSO_ENV];
+/// The pacing rate of qemu socket links, in kbit/s (a positive integer).
+pub const QEMU_PACE_ENV: &str = "SOFTVERBS_QEMU_PACE_KBPS";
+
+/// Checks the emulator's environment switches and numbers ([`SWITCH_ENVS`],
+/// [`QEMU_PACE_ENV`]): EINVAL naming the variable and its value when one is set to
+/// something it does not take (read where the links are made, a bad value would
+/// otherwise be silently taken as the default). `SOFTVERBS_DEVICES` and
+/// `SOFTVERBS_FAULTS` are checked where the device list is read.
+pub fn check_env() -> VerbsResult<()> {
+    for name in SWITCH_ENVS {
+        match std::env::var(name) {
+            Ok(v) if v == "0" || v == "1" => {}
+            Ok(v) => {
+                return Err(VerbsError::inval(format!(
+                    "{name}={v:?}: expected 0 (off) or 1 (on)"
+                )))
+            }
+            Err(std::env::VarError::NotPresent) => {}
+            Err(std::env::VarError::NotUnicode(_)) => {
+                return Err(VerbsError::inval(format!("{name} is not valid UTF-8")))
+            }
+        }
+    }
+    match std::env::var(QEMU_PACE_ENV) {
+        Ok(v) if v.parse::<u64>().is_ok_and(|k| k > 0) => Ok(()),
+        Ok(v) => Err(VerbsError::inval(format!(
+            "{QEMU_PACE_ENV}={v:?}: expected a rate in kbit/s (a positive integer)"
+        ))),
+        Err(std::env::VarError::NotPresent) => Ok(()),
+        Err(std::env::VarError::NotUnicode(_)) => Err(VerbsError::inval(format!(
+            "{QEMU_PACE_ENV} is not valid UTF-8"
+        ))),
     }
 }
 
@@ -195,6 +255,13 @@ fn parse_addr(s: &str) -> Option<(IpAddr, Option<u16>)> {
     if let Ok(ip) = s.parse::<IpAddr>() {
         return Some((ip, None));
     }
+    // `[IPv6]` without a port, as `[IPv6]:PORT` is written with one.
+    if let Some(inner) = s.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+        return inner
+            .parse::<std::net::Ipv6Addr>()
+            .ok()
+            .map(|ip| (IpAddr::V6(ip), None));
+    }
     let sa: std::net::SocketAddr = s.parse().ok()?;
     Some((sa.ip(), Some(sa.port())))
 }
@@ -216,6 +283,36 @@ mod tests {
         assert_eq!(
             DeviceConfig::parse_list("x=nonsense").unwrap_err().errno(),
             22
+        );
+    }
+
+    #[test]
+    fn a_bracketed_ipv6_address_needs_no_port() {
+        let list = DeviceConfig::parse_list("a=[::1],b=[::1]:4792").unwrap();
+        assert_eq!(list[0].ip, "::1".parse::<IpAddr>().unwrap());
+        assert_eq!(list[0].udp_port, 4791);
+        assert_eq!(list[1].udp_port, 4792);
+        assert!(DeviceConfig::parse_list("a=[127.0.0.1]").is_err());
+    }
+
+    #[test]
+    fn a_name_or_an_address_given_twice_is_refused_by_name() {
+        for (spec, says) in [
+            ("x=127.0.0.1,x=127.0.0.2", "\"x\" is given twice"),
+            ("a=127.0.0.1,b=127.0.0.1", "both on 127.0.0.1 port 4791"),
+        ] {
+            let e = DeviceConfig::parse_list(spec).unwrap_err();
+            assert_eq!(e.errno(), 22);
+            let text = e.to_string();
+            assert!(text.contains(says), "{spec}: {text}");
+            assert!(text.contains("SOFTVERBS_DEVICES"), "{spec}: {text}");
+        }
+        // The same address on another port is another device.
+        assert_eq!(
+            DeviceConfig::parse_list("a=127.0.0.1,b=127.0.0.1:4792")
+                .unwrap()
+                .len(),
+            2
         );
     }
 
