@@ -3,14 +3,15 @@
 //!
 //! `--verify` fails (exit 1) unless every RoCEv2 packet round-trips byte-exact with a good
 //! ICRC and no frame is malformed (a frame that claims IP/UDP but is cut short or carries
-//! RoCE in a way the ICRC cannot describe). Unreadable files exit 2.
+//! RoCE in a way the ICRC cannot describe) and the file is not cut short (the records
+//! before a cut are decoded, then the cut is reported). Unreadable files exit 2.
 
 use std::io::{self, BufWriter, Write};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use softverbs_emu::net::pcap::read_capture;
+use softverbs_emu::net::pcap::read_capture_prefix;
 use softverbs_emu::wire::{
     compute_icrc, parse_frame, stored_icrc, write_icrc, IpHeaderInfo, LinkType, RoceFrame, RoceRepr,
 };
@@ -39,7 +40,12 @@ struct Counts {
 
 /// Runs the subcommand.
 pub fn run(args: &DecodeArgs) -> ExitCode {
-    let frames = match read_capture(&args.file) {
+    // A cut file (a capture still being written, or copied short) still decodes: every
+    // whole record, then the cut is reported (and fails --verify).
+    let read = std::fs::read(&args.file)
+        .map_err(softverbs_emu::net::pcap::PcapError::from)
+        .and_then(|data| read_capture_prefix(&data));
+    let (frames, cut) = match read {
         Ok(f) => f,
         Err(e) => {
             eprintln!("softverbs decode: {}: {e}", args.file.display());
@@ -81,7 +87,17 @@ pub fn run(args: &DecodeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let clean = counts.icrc_bad == 0 && counts.roundtrip_errors == 0 && counts.malformed == 0;
+    if let Some(why) = &cut {
+        eprintln!(
+            "softverbs decode: {}: truncated after {} whole records: {why}",
+            args.file.display(),
+            counts.frames
+        );
+    }
+    let clean = counts.icrc_bad == 0
+        && counts.roundtrip_errors == 0
+        && counts.malformed == 0
+        && cut.is_none();
     if args.verify && !clean {
         ExitCode::FAILURE
     } else {

@@ -137,3 +137,33 @@ fn unreadable_input_exits_2() {
     assert!(!o.stderr.is_empty());
     let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
 }
+
+/// A capture cut inside its last record decodes every whole record before the cut, then
+/// says it was cut; `--verify` fails on it.
+#[test]
+fn a_truncated_capture_decodes_its_whole_records_then_reports_the_cut() {
+    let src = conformance_dir().join("rc_pingpong_mtu1500.pcap");
+    let bytes = std::fs::read(&src).expect("read capture");
+    let path = temp_path("cut.pcap");
+    std::fs::write(&path, &bytes[..bytes.len() - 7]).expect("write copy");
+    let o = decode(&[path.as_os_str()]);
+    let (text, err) = (stdout(&o), String::from_utf8_lossy(&o.stderr).into_owned());
+    assert!(o.status.success(), "{text}{err}");
+    let full = stdout(&decode(&[src.as_os_str()]));
+    let frames = |summary: &str| -> usize {
+        summary
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{summary}"))
+    };
+    let (got, all) = (
+        frames(text.lines().last().expect("summary")),
+        frames(full.lines().last().expect("summary")),
+    );
+    assert_eq!(got, all - 1, "{text}");
+    assert!(err.contains("truncated after"), "{err}");
+    let o = decode(&[path.as_os_str(), "--verify".as_ref()]);
+    assert_eq!(o.status.code(), Some(1));
+    let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
+}

@@ -57,26 +57,48 @@ impl CapturedFrame {
 
 const PCAPNG_MAGIC: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
 
-/// Reads every frame of a pcap or pcapng file.
+/// Reads every frame of a pcap or pcapng file; an error if the file is cut short.
 pub fn read_capture(path: &Path) -> Result<Vec<CapturedFrame>, PcapError> {
     read_capture_bytes(&std::fs::read(path)?)
 }
 
-/// Reads every frame of a pcap or pcapng file held in memory.
+/// Reads every frame of a pcap or pcapng file held in memory; an error if it is cut short.
 pub fn read_capture_bytes(data: &[u8]) -> Result<Vec<CapturedFrame>, PcapError> {
-    if data.starts_with(&PCAPNG_MAGIC) {
-        read_pcapng(data)
-    } else {
-        read_pcap(data)
+    match read_capture_prefix(data)? {
+        (frames, None) => Ok(frames),
+        (_, Some(cut)) => Err(cut),
     }
 }
 
-fn read_pcap(data: &[u8]) -> Result<Vec<CapturedFrame>, PcapError> {
+/// The complete frames of a capture that may end early (a capture still being written, or
+/// a copy cut short), and why reading stopped before the end if it did: a truncated file
+/// still gives every whole record before the cut. An error only if the file header
+/// cannot be read.
+pub fn read_capture_prefix(
+    data: &[u8],
+) -> Result<(Vec<CapturedFrame>, Option<PcapError>), PcapError> {
+    let mut frames = Vec::new();
+    let stopped = if data.starts_with(&PCAPNG_MAGIC) {
+        read_pcapng(data, &mut frames)?
+    } else {
+        read_pcap(data, &mut frames)?
+    };
+    Ok((frames, stopped.err()))
+}
+
+/// Appends the frames of `data` to `frames`. The outer error: no valid header; the inner:
+/// reading stopped at a bad or cut record.
+fn read_pcap(
+    data: &[u8],
+    frames: &mut Vec<CapturedFrame>,
+) -> Result<Result<(), PcapError>, PcapError> {
     let (mut rest, parser) = PcapParser::new(data)?;
     let linktype = u32::from(parser.header().datalink);
-    let mut frames = Vec::new();
     while !rest.is_empty() {
-        let (next, packet) = parser.next_packet(rest)?;
+        let (next, packet) = match parser.next_packet(rest) {
+            Ok(v) => v,
+            Err(e) => return Ok(Err(e.into())),
+        };
         frames.push(CapturedFrame {
             timestamp: packet.timestamp,
             linktype,
@@ -85,14 +107,20 @@ fn read_pcap(data: &[u8]) -> Result<Vec<CapturedFrame>, PcapError> {
         });
         rest = next;
     }
-    Ok(frames)
+    Ok(Ok(()))
 }
 
-fn read_pcapng(data: &[u8]) -> Result<Vec<CapturedFrame>, PcapError> {
+/// As [`read_pcap`], for pcapng.
+fn read_pcapng(
+    data: &[u8],
+    frames: &mut Vec<CapturedFrame>,
+) -> Result<Result<(), PcapError>, PcapError> {
     let (mut rest, mut parser) = PcapNgParser::new(data)?;
-    let mut frames = Vec::new();
     while !rest.is_empty() {
-        let (next, block) = parser.next_block(rest)?;
+        let (next, block) = match parser.next_block(rest) {
+            Ok(v) => v,
+            Err(e) => return Ok(Err(e.into())),
+        };
         rest = next;
         let interface_linktype = |id: u32| {
             parser
@@ -102,29 +130,37 @@ fn read_pcapng(data: &[u8]) -> Result<Vec<CapturedFrame>, PcapError> {
                 .ok_or_else(|| PcapError::Format(format!("packet names unknown interface {id}")))
         };
         let frame = match block {
-            Block::EnhancedPacket(p) => CapturedFrame {
-                timestamp: p.timestamp,
-                linktype: interface_linktype(p.interface_id)?,
-                orig_len: p.original_len,
-                data: p.data.into_owned(),
-            },
-            Block::SimplePacket(p) => CapturedFrame {
+            Block::EnhancedPacket(p) => {
+                interface_linktype(p.interface_id).map(|linktype| CapturedFrame {
+                    timestamp: p.timestamp,
+                    linktype,
+                    orig_len: p.original_len,
+                    data: p.data.into_owned(),
+                })
+            }
+            Block::SimplePacket(p) => interface_linktype(0).map(|linktype| CapturedFrame {
                 timestamp: Duration::ZERO, // simple packet blocks carry no time
-                linktype: interface_linktype(0)?,
+                linktype,
                 orig_len: p.original_len,
                 data: p.data.into_owned(),
-            },
-            Block::Packet(p) => CapturedFrame {
-                timestamp: Duration::from_micros(p.timestamp), // obsolete block: default resolution
-                linktype: interface_linktype(u32::from(p.interface_id))?,
-                orig_len: p.original_len,
-                data: p.data.into_owned(),
-            },
+            }),
+            Block::Packet(p) => {
+                interface_linktype(u32::from(p.interface_id)).map(|linktype| CapturedFrame {
+                    // obsolete block: default resolution
+                    timestamp: Duration::from_micros(p.timestamp),
+                    linktype,
+                    orig_len: p.original_len,
+                    data: p.data.into_owned(),
+                })
+            }
             _ => continue,
         };
-        frames.push(frame);
+        match frame {
+            Ok(f) => frames.push(f),
+            Err(e) => return Ok(Err(e)),
+        }
     }
-    Ok(frames)
+    Ok(Ok(()))
 }
 
 /// Writes Ethernet frames to a classic pcap file (microsecond timestamps), as a tap.
@@ -238,5 +274,21 @@ mod tests {
             read_capture(Path::new("/nonexistent/x.pcap")),
             Err(PcapError::Io(_))
         ));
+    }
+
+    #[test]
+    fn a_cut_capture_gives_its_whole_records_and_says_where_it_stopped() {
+        let mut w = PcapWriter::new(Vec::new()).unwrap();
+        for n in 1..=3u8 {
+            w.write_frame(Duration::ZERO, &[n; 40]).unwrap();
+        }
+        let bytes = w.into_inner();
+        let (frames, cut) = read_capture_prefix(&bytes[..bytes.len() - 10]).unwrap();
+        assert_eq!(frames.len(), 2);
+        assert_eq!(frames[1].data, [2; 40]);
+        assert!(matches!(cut, Some(PcapError::Format(_))), "{cut:?}");
+        let (frames, cut) = read_capture_prefix(&bytes).unwrap();
+        assert_eq!((frames.len(), cut.is_none()), (3, true));
+        assert!(read_capture_prefix(b"short").is_err());
     }
 }
