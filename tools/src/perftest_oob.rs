@@ -145,9 +145,23 @@ pub struct PerftestComm {
 }
 
 fn io_err(what: &str, e: std::io::Error) -> VerbsError {
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        return peer_left(what);
+    }
     VerbsError::Io {
         errno: e.raw_os_error().unwrap_or(5),
         message: format!("perftest side channel ({what}): {e}"),
+    }
+}
+
+/// The peer closed the side channel before an exchange was complete: it exited or was
+/// killed (ECONNRESET).
+fn peer_left(what: &str) -> VerbsError {
+    VerbsError::Io {
+        errno: libc::ECONNRESET,
+        message: format!(
+            "the peer closed the side channel during the {what} exchange: it exited or was killed"
+        ),
     }
 }
 
@@ -209,6 +223,11 @@ impl PerftestComm {
     /// or closed the connection (ib_write_lat ends so): how a side that runs until the peer
     /// is done, without knowing the count, learns that it should stop. Never blocks.
     pub fn peer_waiting(&self) -> VerbsResult<bool> {
+        Ok(self.peek()?.is_some())
+    }
+
+    /// Bytes readable now without blocking (`Some(0)`: the peer closed), `None` if none.
+    fn peek(&self) -> VerbsResult<Option<usize>> {
         let mut byte = [0u8; 1];
         self.stream
             .set_nonblocking(true)
@@ -218,9 +237,19 @@ impl PerftestComm {
             .set_nonblocking(false)
             .map_err(|e| io_err("peek", e))?;
         match peeked {
-            Ok(_) => Ok(true),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
+            Ok(n) => Ok(Some(n)),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
             Err(e) => Err(io_err("peek", e)),
+        }
+    }
+
+    /// For a side that expects nothing from its peer before its own next
+    /// exchange (a bandwidth client): an error if the peer closed the side channel, which
+    /// means it exited or was killed mid-run.
+    pub fn check_peer_alive(&self) -> VerbsResult<()> {
+        match self.peek()? {
+            Some(0) => Err(peer_left("next")),
+            _ => Ok(()),
         }
     }
 

@@ -6,8 +6,13 @@ use std::process::{Command, Output};
 
 const BIN: &str = env!("CARGO_BIN_EXE_softverbs");
 
+/// The devices of this file's one-process runs: a 127.x range of its own, so that the tests
+/// pass beside a softverbs program on the default devices (127.0.0.1 and 127.0.0.2).
+const OWN_DEVICES: &str = "perf0=127.24.0.1,perf1=127.24.0.2";
+
 fn perf(args: &[&str]) -> Output {
     Command::new(BIN)
+        .env("SOFTVERBS_DEVICES", OWN_DEVICES)
         .arg("perf")
         .args(args)
         .output()
@@ -98,6 +103,21 @@ fn every_test_completes_and_verifies_on_both_links() {
     }
 }
 
+/// A softverbs program holding the default devices' UDP port (as a running demo or
+/// pingpong does) does not make the one-process tests fail.
+#[test]
+fn loopback_runs_beside_a_process_on_the_default_devices() {
+    // Held where free; where a real softverbs process holds them, that is the case itself.
+    let _held: Vec<_> = ["127.0.0.1:4791", "127.0.0.2:4791"]
+        .iter()
+        .filter_map(|a| std::net::UdpSocket::bind(a).ok())
+        .collect();
+    let o = perf(&["write_bw", "--loopback", "-s", "4096", "-n", "20", "--json"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert_eq!(field(&out, "iterations"), 20.0, "{out}");
+}
+
 #[test]
 fn a_size_sweep_reports_every_size() {
     let o = perf(&[
@@ -122,6 +142,16 @@ fn a_size_sweep_reports_every_size() {
             "size {size} missing: {out}"
         );
     }
+}
+
+/// A TCP port for a side channel: one the OS just gave out and took back, so no user
+/// process holds it.
+fn free_port() -> String {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+        .to_string()
 }
 
 /// Runs `softverbs perf TEST` as a server (with `server_args`) and a client (with
@@ -187,8 +217,8 @@ fn two_processes(
 fn two_processes_over_the_side_channel() {
     let args = ["-n", "50", "-Q", "10"];
     let (c, s) = two_processes(
-        "18741",
-        "srv=127.0.0.41,cli=127.0.0.42",
+        &free_port(),
+        "srv=127.24.10.41,cli=127.24.10.42",
         "send_bw",
         &args,
         &[],
@@ -204,8 +234,8 @@ fn two_processes_over_the_side_channel() {
 #[test]
 fn write_lat_between_two_processes_counts_every_round_trip() {
     let (c, s) = two_processes(
-        "18744",
-        "srv=127.0.0.45,cli=127.0.0.46",
+        &free_port(),
+        "srv=127.24.10.45,cli=127.24.10.46",
         "write_lat",
         &["-n", "300", "-s", "64"],
         &[],
@@ -223,8 +253,8 @@ fn write_lat_between_two_processes_counts_every_round_trip() {
 fn a_lossy_write_lat_sweep_finishes_every_size_before_the_next() {
     let args = ["-a", "--max-size", "4096", "-n", "5", "--json"];
     let (client, server) = run_pair_faulty(
-        "18749",
-        "srv=127.0.0.55,cli=127.0.0.56",
+        &free_port(),
+        "srv=127.24.10.55,cli=127.24.10.56",
         "write_lat",
         &args,
         &args,
@@ -255,8 +285,8 @@ fn every(json: &str, key: &str) -> Vec<f64> {
 #[test]
 fn a_send_bw_server_counts_to_its_own_iterations() {
     let (client, server) = run_pair(
-        "18745",
-        "srv=127.0.0.47,cli=127.0.0.48",
+        &free_port(),
+        "srv=127.24.10.47,cli=127.24.10.48",
         "send_bw",
         &["-n", "50", "--no-verify"],
         &["-n", "30"],
@@ -274,11 +304,11 @@ fn a_send_bw_server_counts_to_its_own_iterations() {
 /// a READ client's data check, and only that: the completions are still counted.
 #[test]
 fn a_read_client_checks_the_data_unless_told_not_to() {
-    let devices = "srv=127.0.0.43,cli=127.0.0.44";
+    let devices = "srv=127.24.10.43,cli=127.24.10.44";
     let args = ["-n", "20", "-s", "8192"];
     for (port, extra, verified) in [
-        ("18742", &[][..], 8192.0),
-        ("18743", &["--no-verify"][..], 0.0),
+        (&free_port(), &[][..], 8192.0),
+        (&free_port(), &["--no-verify"][..], 0.0),
     ] {
         let (c, _) = two_processes(port, devices, "read_bw", &args, extra);
         assert_eq!(field(&c, "iterations"), 20.0, "{extra:?}: {c}");

@@ -120,7 +120,8 @@ pub struct PerfArgs {
     /// The link of --loopback's two devices.
     #[arg(long, value_enum, default_value = "udp")]
     pub link: LinkKind,
-    /// Device to use (default: softrxe0 for the server, softrxe1 for the client).
+    /// Device to use (default: softrxe0 for the server, softrxe1 for the client; with
+    /// --loopback both sides on this one device, else the first two listed).
     #[arg(short = 'd', long = "ib-dev")]
     pub device: Option<String>,
     /// TCP port of the out-of-band exchange (perftest's default).
@@ -368,6 +369,12 @@ impl PerfArgs {
         if self.link == LinkKind::Inproc && !matches!(role, Role::Loopback) {
             return Err(bad(
                 "--link inproc needs --loopback (both devices in this process)",
+            ));
+        }
+        if self.device.is_some() && matches!(role, Role::Loopback) && self.link == LinkKind::Inproc
+        {
+            return Err(bad(
+                "-d names a listed device; --link inproc uses two in-process devices of its own",
             ));
         }
         if self.no_verify && matches!(role, Role::Loopback) {

@@ -12,6 +12,7 @@ use softverbs::{
 use super::args::{Settings, Verb};
 use super::backoff::{Backoff, CLOCK_EVERY};
 use super::oob::PeerWatch;
+use super::peak::PeakMeter;
 use super::progress::Progress;
 use super::report::BwResult;
 use super::setup::{pattern_byte, Side};
@@ -19,12 +20,13 @@ use crate::perftest_oob::{PerftestComm, PerftestKeys};
 
 /// Bits of a wr_id that carry the WR's index within its QP (the QP index is above).
 const INDEX_BITS: u32 = 40;
-/// Shortest window the peak bandwidth is measured over.
-const PEAK_WINDOW: Duration = Duration::from_millis(10);
 /// Longest time without a completion while WRs are outstanding before the run is declared
 /// stuck (a peer that never answers: with retry_cnt 7 the QP retries for ever, as rxe's
 /// does). Generous: rxe under emulation takes seconds for one 8 MiB message.
 const STUCK: Duration = Duration::from_secs(60);
+/// After this long without a completion the client looks (again, every as long) whether
+/// the server is still there: a server that exited closed the side channel.
+const PEER_ALIVE_CHECK: Duration = Duration::from_secs(1);
 
 fn failed(wc: &WorkCompletion) -> VerbsError {
     VerbsError::Io {
@@ -137,6 +139,7 @@ pub fn client(
     s: &Settings,
     size: usize,
     peer: &[PerftestKeys],
+    comm: &PerftestComm,
 ) -> VerbsResult<BwResult> {
     let verb = s.test.verb().ok_or_else(|| VerbsError::inval("no verb"))?;
     let nq = side.qps.len();
@@ -165,9 +168,10 @@ pub fn client(
     let started = Instant::now();
     let deadline = s.duration.map(|d| started + d);
     let mut stopping = deadline.is_none();
-    let (mut win_start, mut win_done, mut peak) = (started, 0u64, 0.0f64);
+    let mut peak = PeakMeter::new(started, nq);
     let mut total_done = 0u64;
     let mut last_completion = started;
+    let mut next_alive_check = started + PEER_ALIVE_CHECK;
     let mut idle_loops = 0u32;
     let total_goal = if deadline.is_none() {
         Some(per_qp_limit * nq as u64)
@@ -237,22 +241,29 @@ pub fn client(
         if k > 0 {
             progressed = true;
             last_completion = now;
-        } else if now - last_completion > STUCK && (0..nq).any(|q| posted[q] > done[q]) {
+        } else if now >= next_alive_check && now - last_completion >= PEER_ALIVE_CHECK {
+            next_alive_check = now + PEER_ALIVE_CHECK;
+            comm.check_peer_alive().map_err(|e| VerbsError::Io {
+                errno: e.errno(),
+                message: format!(
+                    "{e}; {} of {} messages completed, none for {:.1} s",
+                    total_done,
+                    total_goal.map_or("?".to_string(), |g| g.to_string()),
+                    (now - last_completion).as_secs_f64()
+                ),
+            })?;
+        }
+        if k == 0 && now - last_completion > STUCK && (0..nq).any(|q| posted[q] > done[q]) {
             return Err(VerbsError::Io {
                 errno: libc::ETIMEDOUT,
                 message: format!(
-                    "no completion for {} s ({total_done} messages done): does the peer's \
-                     device receive on the UDP port this side sends to?",
+                    "no completion for {} s ({total_done} messages done) though the server is \
+                     still connected: does its device receive on the UDP port this side sends to?",
                     STUCK.as_secs()
                 ),
             });
         }
-        if now - win_start >= PEAK_WINDOW {
-            let rate = (total_done - win_done) as f64 / (now - win_start).as_secs_f64();
-            peak = peak.max(rate);
-            win_start = now;
-            win_done = total_done;
-        }
+        peak.observe(now, &posted, &done);
         if !stopping && deadline.is_some_and(|d| now >= d) {
             // Stop posting; the last WR of each QP must be signaled so that everything
             // posted is seen to complete: post one more, signaled, where it is not.
@@ -286,7 +297,8 @@ pub fn client(
     let secs = started.elapsed().as_secs_f64();
     progress.finish();
     let rate = total_done as f64 / secs;
-    let peak = if peak == 0.0 { rate } else { peak.max(rate) };
+    // The whole run is an interval too (and the only one of a run shorter than a window).
+    let peak = peak.peak_per_sec().max(rate);
     let verified = match verb {
         Verb::Read if !s.no_verify => verify_pattern(side, side.src_off, size, side.max_size)?,
         _ => 0,

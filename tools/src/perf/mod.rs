@@ -8,6 +8,7 @@ mod backoff;
 mod bw;
 mod lat;
 mod oob;
+mod peak;
 mod progress;
 mod report;
 mod run;

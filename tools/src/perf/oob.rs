@@ -71,19 +71,48 @@ pub fn accept(listener: &TcpListener) -> VerbsResult<PerftestComm> {
     wrap(stream, false)
 }
 
-/// Connects to a server, retrying while it is not up yet.
-pub fn connect(addr: SocketAddr) -> VerbsResult<PerftestComm> {
-    let deadline = Instant::now() + CONNECT_WAIT;
+/// How often a client still waiting for its server says so.
+const ANNOUNCE_EVERY: Duration = Duration::from_secs(10);
+
+/// Connects to a server, retrying while it is not up yet (for [`CONNECT_WAIT`]); with
+/// `announce`, the first refusal and every [`ANNOUNCE_EVERY`] of retrying are said on
+/// stderr, so that a missing server is never a silent wait.
+pub fn connect(addr: SocketAddr, announce: bool) -> VerbsResult<PerftestComm> {
+    let started = Instant::now();
+    let deadline = started + CONNECT_WAIT;
+    let mut next_announce = started;
     loop {
         match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
-            Ok(stream) => return wrap(stream, true),
+            Ok(stream) => {
+                if announce && next_announce > started {
+                    eprintln!("softverbs perf: connected to {addr}");
+                }
+                return wrap(stream, true);
+            }
             Err(e) if Instant::now() < deadline => {
                 if e.kind() != std::io::ErrorKind::ConnectionRefused {
                     return Err(io(&format!("connecting to {addr}"), e));
                 }
+                let now = Instant::now();
+                if announce && now >= next_announce {
+                    eprintln!(
+                        "softverbs perf: no server at {addr} yet (connection refused); \
+                         retrying for {} s more",
+                        deadline.saturating_duration_since(now).as_secs()
+                    );
+                    next_announce = now + ANNOUNCE_EVERY;
+                }
                 std::thread::sleep(Duration::from_millis(50));
             }
-            Err(e) => return Err(io(&format!("connecting to {addr}"), e)),
+            Err(e) => {
+                return Err(io(
+                    &format!(
+                        "connecting to {addr}: no server came within {} s",
+                        CONNECT_WAIT.as_secs()
+                    ),
+                    e,
+                ))
+            }
         }
     }
 }

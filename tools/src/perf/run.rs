@@ -92,6 +92,24 @@ fn listed_devices() -> VerbsResult<(String, String)> {
     Ok((list[0].name.clone(), list[1].name.clone()))
 }
 
+/// `-d NAME` of `--loopback`: both sides on that device, which must be on loopback.
+fn loopback_device(name: &str) -> VerbsResult<(String, String)> {
+    softverbs::devices()?;
+    let list = softverbs_emu::engine::device_list()?;
+    let d = list.iter().find(|d| d.name == name).ok_or_else(|| {
+        VerbsError::NotFound(format!(
+            "no device {name} (softverbs devices lists them; SOFTVERBS_DEVICES sets them)"
+        ))
+    })?;
+    if !d.ip.is_loopback() {
+        return Err(VerbsError::inval(format!(
+            "--loopback runs on loopback addresses only; device {} is on {}",
+            d.name, d.ip
+        )));
+    }
+    Ok((d.name.clone(), d.name.clone()))
+}
+
 /// Runs the command.
 pub fn run(s: &Settings) -> VerbsResult<()> {
     if s.test == TestKind::UdpBaseline {
@@ -102,6 +120,8 @@ pub fn run(s: &Settings) -> VerbsResult<()> {
     match &s.role {
         Role::Server => {
             let device = s.device.clone().unwrap_or_else(|| "softrxe0".into());
+            // The device is opened (and held) before waiting: a bad -d fails now.
+            let _held = softverbs::Context::open(&device)?;
             let listener = oob::listen(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), s.port))?;
             if !s.json {
                 eprintln!(
@@ -117,7 +137,8 @@ pub fn run(s: &Settings) -> VerbsResult<()> {
         }
         Role::Client(addr) => {
             let device = s.device.clone().unwrap_or_else(|| "softrxe1".into());
-            let comm = oob::connect(*addr)?;
+            let _held = softverbs::Context::open(&device)?;
+            let comm = oob::connect(*addr, true)?;
             let (rows, _) = drive(s, &device, comm)?;
             let report = ClientReport {
                 device,
@@ -154,9 +175,10 @@ struct Round {
 
 fn loopback_round(s: &Settings) -> VerbsResult<Round> {
     let before = rss_bytes();
-    let (server_dev, client_dev) = match s.link {
-        LinkKind::Udp => listed_devices()?,
-        LinkKind::Inproc => inproc_devices()?,
+    let (server_dev, client_dev) = match (s.link, &s.device) {
+        (LinkKind::Udp, Some(one)) => loopback_device(one)?,
+        (LinkKind::Udp, None) => listed_devices()?,
+        (LinkKind::Inproc, _) => inproc_devices()?,
     };
     let listener = oob::listen(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0))?;
     let addr = listener.local_addr().map_err(|e| VerbsError::Io {
@@ -174,7 +196,7 @@ fn loopback_round(s: &Settings) -> VerbsResult<Round> {
             errno: e.raw_os_error().unwrap_or(11),
             message: format!("spawning the server thread: {e}"),
         })?;
-    let client = oob::connect(addr).and_then(|comm| drive(s, &client_dev, comm));
+    let client = oob::connect(addr, false).and_then(|comm| drive(s, &client_dev, comm));
     let served = server
         .join()
         .map_err(|_| VerbsError::inval("the server thread panicked"))?;
@@ -409,7 +431,7 @@ fn drive(
         let row = if s.test.is_latency() {
             Row::Lat(lat::client(&side, s, size, &peer)?)
         } else {
-            Row::Bw(bw::client(&side, s, size, &peer)?)
+            Row::Bw(bw::client(&side, s, size, &peer, &comm)?)
         };
         seq.after_size(&mut comm, &me, s.sweep)?;
         rows.push(row);
