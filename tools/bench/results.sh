@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the benchmark table of README.md: runs each target benchmark of issue 7 with
+# Regenerates the benchmark table of docs/benchmarks.md: runs each target benchmark of issue 7 with
 # `softverbs perf` (bandwidth runs with the raw UDP baseline measured in the same command),
 # REPEAT times, and prints a markdown table of the medians with the command of each row.
 #
