@@ -168,7 +168,7 @@ pub fn client(
     let started = Instant::now();
     let deadline = s.duration.map(|d| started + d);
     let mut stopping = deadline.is_none();
-    let mut peak = PeakMeter::new(started, nq);
+    let mut peak = PeakMeter::new(started);
     let mut total_done = 0u64;
     let mut last_completion = started;
     let mut next_alive_check = started + PEER_ALIVE_CHECK;

@@ -30,8 +30,8 @@ pub struct PeakMeter {
 }
 
 impl PeakMeter {
-    /// A meter for a run that starts at `started` with nothing posted on `qps` QPs.
-    pub fn new(started: Instant, qps: usize) -> PeakMeter {
+    /// A meter for a run that starts at `started` with nothing posted yet.
+    pub fn new(started: Instant) -> PeakMeter {
         PeakMeter {
             started,
             anchors: VecDeque::with_capacity(ANCHORS),
@@ -91,7 +91,7 @@ mod tests {
     #[test]
     fn a_moderated_batch_does_not_make_a_peak() {
         let t0 = Instant::now();
-        let mut m = PeakMeter::new(t0, 1);
+        let mut m = PeakMeter::new(t0);
         m.observe(t0, &[128], &[0]);
         // Idle checks while the messages travel.
         for ms in (10..1000).step_by(10) {
@@ -107,7 +107,7 @@ mod tests {
     #[test]
     fn a_steady_rate_is_its_own_peak() {
         let t0 = Instant::now();
-        let mut m = PeakMeter::new(t0, 2);
+        let mut m = PeakMeter::new(t0);
         // 1000 messages per second per QP, posted 20 ahead.
         for ms in 1..=500u64 {
             let done = ms;
