@@ -21,6 +21,7 @@ mod async_wait;
 mod channel;
 mod context;
 mod cq;
+mod endpoint;
 mod events;
 mod fd;
 #[cfg(feature = "hw")]

@@ -28,6 +28,27 @@ pub struct PostError {
     pub error: VerbsError,
 }
 
+/// A failed post as a plain [`VerbsError`], so that `qp.post_send(&wrs)?` works in a
+/// function returning [`crate::VerbsResult`]: the same kind and errno, the message saying
+/// which WR of the list failed (the WRs before it were posted).
+impl From<PostError> for VerbsError {
+    fn from(e: PostError) -> VerbsError {
+        let at = |m: String| format!("work request {} of the list: {m}", e.index);
+        match e.error {
+            VerbsError::InvalidArgument(m) => VerbsError::InvalidArgument(at(m)),
+            VerbsError::OutOfResources(m) => VerbsError::OutOfResources(at(m)),
+            VerbsError::PermissionDenied(m) => VerbsError::PermissionDenied(at(m)),
+            VerbsError::NotFound(m) => VerbsError::NotFound(at(m)),
+            VerbsError::Busy(m) => VerbsError::Busy(at(m)),
+            VerbsError::NotSupported(m) => VerbsError::NotSupported(at(m)),
+            VerbsError::Io { errno, message } => VerbsError::Io {
+                errno,
+                message: at(message),
+            },
+        }
+    }
+}
+
 /// What a device list entry says about a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceInfo {
@@ -205,4 +226,28 @@ pub trait VerbsContext: Send + Sync {
 
 fn unsupported(what: &str) -> VerbsError {
     VerbsError::NotSupported(format!("{what} are not supported by this backend"))
+}
+
+#[cfg(test)]
+mod post_error_tests {
+    use super::*;
+
+    fn post() -> Result<(), PostError> {
+        Err(PostError {
+            index: 2,
+            error: VerbsError::nomem("send queue full"),
+        })
+    }
+
+    fn caller() -> crate::VerbsResult<()> {
+        post()?;
+        Ok(())
+    }
+
+    #[test]
+    fn a_post_error_converts_with_question_mark_keeping_errno_and_index() {
+        let e = caller().unwrap_err();
+        assert_eq!(e.errno(), 12);
+        assert!(e.to_string().contains("work request 2"), "{e}");
+    }
 }

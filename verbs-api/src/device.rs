@@ -2,9 +2,27 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// A 128-bit GID. On RoCEv2 it is an IPv6 address or an IPv4-mapped one (`::ffff:a.b.c.d`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+/// A 128-bit GID. On RoCEv2 it is an IPv6 address or an IPv4-mapped one (`::ffff:a.b.c.d`);
+/// `Display` and `Debug` show it so, never as 16 bytes, and `FromStr` reads that form.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Gid(pub [u8; 16]);
+
+impl core::fmt::Debug for Gid {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Gid({self})")
+    }
+}
+
+impl core::str::FromStr for Gid {
+    type Err = crate::VerbsError;
+
+    /// An IPv6 address (`fe80::1`, `::ffff:10.0.0.1`) or an IPv4 address (mapped).
+    fn from_str(s: &str) -> Result<Gid, Self::Err> {
+        s.parse::<IpAddr>()
+            .map(Gid::from_ip)
+            .map_err(|_| crate::VerbsError::inval(format!("{s:?} is not a GID (an IP address)")))
+    }
+}
 
 impl Gid {
     /// The GID of an IP address: IPv4 becomes IPv4-mapped, as rxe does.
@@ -220,6 +238,16 @@ pub struct DeviceAttr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gid_shows_and_parses_as_an_address() {
+        let g = Gid::from_ip("127.0.0.1".parse().unwrap());
+        assert_eq!(g.to_string(), "::ffff:127.0.0.1");
+        assert_eq!(format!("{g:?}"), "Gid(::ffff:127.0.0.1)");
+        assert_eq!("::ffff:127.0.0.1".parse::<Gid>().unwrap(), g);
+        assert_eq!("127.0.0.1".parse::<Gid>().unwrap(), g);
+        assert_eq!("nonsense".parse::<Gid>().unwrap_err().errno(), 22);
+    }
 
     #[test]
     fn mtu_from_bytes_round_trips_and_refuses_other_sizes() {

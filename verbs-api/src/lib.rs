@@ -17,6 +17,7 @@ pub mod qp_transition;
 pub mod srq;
 pub mod wc;
 pub mod wr;
+mod wr_builders;
 
 pub use backend::{DeviceInfo, PostError, VerbsContext};
 pub use device::{DeviceAttr, Gid, GidEntry, GidType, Mtu, PortAttr, PortState};
