@@ -23,6 +23,10 @@ mod tcp_accept;
 #[derive(Parser)]
 #[command(name = "softverbs", version, about)]
 struct Cli {
+    /// Write every datagram this process's devices send and receive to FILE (pcap,
+    /// Ethernet/IP/UDP frames Wireshark decodes as RoCEv2); the same as SOFTVERBS_PCAP=FILE.
+    #[arg(long, global = true, value_name = "FILE")]
+    pcap: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -51,6 +55,10 @@ enum Command {
 fn main() -> ExitCode {
     broken_pipe::exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
+    if let Some(file) = &cli.pcap {
+        // Before any device (and any thread) exists: the devices read it when they open.
+        std::env::set_var(softverbs_emu::net::pcap::tap::PCAP_ENV, file);
+    }
     match cli.command {
         Command::Devices(args) => devices::run(&args),
         Command::Demo(args) => demo::run(&args),

@@ -149,6 +149,7 @@ pub fn open_device(name: &str) -> VerbsResult<EmuContext> {
             other => break other?,
         }
     };
+    let link = crate::net::pcap::tap::tap_from_env(link)?; // SOFTVERBS_PCAP: capture it
     let link: Box<dyn Link> = match &config.faults {
         Some(setting) => {
             reg.fault_counters

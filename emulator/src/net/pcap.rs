@@ -1,5 +1,8 @@
 //! pcap files: reading captures (classic pcap, either byte order and timestamp resolution,
-//! and pcapng) and [`PcapWriter`], a tap that writes Ethernet frames.
+//! and pcapng), [`PcapWriter`], which writes Ethernet frames, and [`tap`], the link wrapper
+//! that captures a device's traffic (`SOFTVERBS_PCAP`).
+
+pub mod tap;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
