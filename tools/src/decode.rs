@@ -12,6 +12,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use softverbs_emu::net::pcap::read_capture_prefix;
+
+use crate::json::json_str;
 use softverbs_emu::wire::{
     compute_icrc, parse_frame, stored_icrc, write_icrc, IpHeaderInfo, LinkType, RoceFrame, RoceRepr,
 };
@@ -24,6 +26,32 @@ pub struct DecodeArgs {
     /// Exit non-zero unless every RoCEv2 packet round-trips byte-exact with a good ICRC.
     #[arg(long)]
     pub verify: bool,
+    /// One JSON document on stdout: every packet's line, the counts and the truncation.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Where the packet lines go: text lines, or the entries of a JSON array.
+struct Emitter<W: Write> {
+    out: W,
+    json: bool,
+    entries: usize,
+}
+
+impl<W: Write> Emitter<W> {
+    /// The line of frame `n`.
+    fn line(&mut self, n: usize, text: String) -> io::Result<()> {
+        if !self.json {
+            return writeln!(self.out, "{n:5} {text}");
+        }
+        let sep = if self.entries == 0 { "" } else { "," };
+        self.entries += 1;
+        write!(
+            self.out,
+            "{sep}{{\"frame\":{n},\"text\":{}}}",
+            json_str(&text)
+        )
+    }
 }
 
 /// Tallies for the summary line.
@@ -53,23 +81,51 @@ pub fn run(args: &DecodeArgs) -> ExitCode {
         }
     };
     let mut counts = Counts::default();
-    let mut out = BufWriter::new(io::stdout().lock());
+    let mut out = Emitter {
+        out: BufWriter::new(io::stdout().lock()),
+        json: args.json,
+        entries: 0,
+    };
     let result = (|| -> io::Result<()> {
+        if args.json {
+            write!(
+                out.out,
+                "{{\"file\":{},\"packets\":[",
+                json_str(&args.file.display().to_string())
+            )?;
+        }
         for (i, frame) in frames.iter().enumerate() {
             let n = i + 1;
             counts.frames += 1;
             let link = match frame.link_type() {
                 Ok(l) => l,
                 Err(e) => {
-                    writeln!(out, "{n:5} MALFORMED: {e}")?;
+                    out.line(n, format!("MALFORMED: {e}"))?;
                     counts.malformed += 1;
                     continue;
                 }
             };
             decode_frame(&mut out, n, link, &frame.data, &mut counts)?;
         }
+        if args.json {
+            writeln!(
+                out.out,
+                "],\"frames\":{},\"roce\":{},\"icrc_ok\":{},\"icrc_bad\":{},\"roundtrip_errors\":{},\
+                 \"skipped\":{},\"malformed\":{},\"truncated\":{}}}",
+                counts.frames,
+                counts.roce,
+                counts.icrc_ok,
+                counts.icrc_bad,
+                counts.roundtrip_errors,
+                counts.skipped,
+                counts.malformed,
+                cut.as_ref()
+                    .map_or("null".to_string(), |why| json_str(&why.to_string()))
+            )?;
+            return out.out.flush();
+        }
         writeln!(
-            out,
+            out.out,
             "{} frames, {} roce, {} icrc ok, {} icrc bad, {} roundtrip errors, {} non-roce skipped, {} malformed",
             counts.frames,
             counts.roce,
@@ -79,7 +135,7 @@ pub fn run(args: &DecodeArgs) -> ExitCode {
             counts.skipped,
             counts.malformed
         )?;
-        out.flush()
+        out.out.flush()
     })();
     if let Err(e) = result {
         if e.kind() != io::ErrorKind::BrokenPipe {
@@ -105,8 +161,8 @@ pub fn run(args: &DecodeArgs) -> ExitCode {
     }
 }
 
-fn decode_frame(
-    out: &mut impl Write,
+fn decode_frame<W: Write>(
+    out: &mut Emitter<W>,
     n: usize,
     link: LinkType,
     data: &[u8],
@@ -120,7 +176,7 @@ fn decode_frame(
         }
         Err(e) => {
             counts.malformed += 1;
-            return writeln!(out, "{n:5} MALFORMED: {e}");
+            return out.line(n, format!("MALFORMED: {e}"));
         }
     };
     counts.roce += 1;
@@ -144,14 +200,16 @@ fn decode_frame(
                     format!(" ROUNDTRIP: {why}")
                 }
             };
-            writeln!(out, "{n:5} {src} -> {dst} {repr} icrc={icrc}{note}")
+            out.line(n, format!("{src} -> {dst} {repr} icrc={icrc}{note}"))
         }
         Err(e) => {
             counts.roundtrip_errors += 1;
-            writeln!(
-                out,
-                "{n:5} {src} -> {dst} PARSE ERROR: {e} ({} bytes) icrc={icrc}",
-                rf.udp_payload.len()
+            out.line(
+                n,
+                format!(
+                    "{src} -> {dst} PARSE ERROR: {e} ({} bytes) icrc={icrc}",
+                    rf.udp_payload.len()
+                ),
             )
         }
     }

@@ -152,5 +152,11 @@ fn demo(args: &DemoArgs) -> VerbsResult<bool> {
         total_bytes,
         if all_ok { "ALL VERIFIED" } else { "FAILURES" }
     );
+    if let Some(line) = crate::run_report::faults_line(&[&list[0].name, &list[1].name]) {
+        println!("{line}");
+    }
+    let retries = crate::run_report::Retries::of(&a.ctx, [a.qp.qp_num()])
+        .plus(crate::run_report::Retries::of(&b.ctx, [b.qp.qp_num()]));
+    println!("{}", retries.line());
     Ok(all_ok)
 }

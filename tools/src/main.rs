@@ -15,6 +15,7 @@ mod perf;
 mod perftest_oob;
 mod pingpong;
 mod rc_pair;
+mod run_report;
 mod rxe_lab;
 mod sim;
 mod tcp_accept;

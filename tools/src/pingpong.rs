@@ -221,7 +221,22 @@ fn pingpong(args: &PingpongArgs) -> VerbsResult<()> {
     // A side's receive may complete before its own send: the peer can answer before its ACK
     // of our message arrives (ACKs are coalesced). So each step waits for both, in either
     // order.
+    let mut progress = crate::perf::progress::Progress::start_as(
+        "pingpong",
+        format!("{} round trips of {size} B", args.iters),
+    );
     for i in 0..args.iters {
+        let now = Instant::now();
+        if progress.due(now) {
+            let rate = i as f64 / (now - started).as_secs_f64().max(1e-9);
+            progress.tick(
+                now,
+                i,
+                Some(args.iters),
+                None,
+                &format!("{rate:.0} round trips/s"),
+            );
+        }
         let (out_seq, in_seq) = if is_server {
             (2 * i + 1, 2 * i)
         } else {
@@ -242,11 +257,19 @@ fn pingpong(args: &PingpongArgs) -> VerbsResult<()> {
         await_completions(&side, Some(2 * args.iters - 1), None, size, timeout)?;
     }
     let elapsed = started.elapsed();
+    progress.finish();
     println!(
         "{} round trips of {} bytes, every byte verified; {:.1} us per round trip",
         args.iters,
         size,
         elapsed.as_secs_f64() * 1e6 / args.iters.max(1) as f64
+    );
+    if let Some(line) = crate::run_report::faults_line(&[&side.ctx.name()]) {
+        println!("{line}");
+    }
+    println!(
+        "{}",
+        crate::run_report::Retries::of(&side.ctx, [side.qp.qp_num()]).line()
     );
     Ok(())
 }
@@ -286,10 +309,21 @@ fn await_completions(
             }
             _ => {
                 return Err(VerbsError::inval(format!(
-                    "completion {wc:?}, waiting for send {send:?} and receive {recv:?}"
+                    "unexpected completion ({wc}) while waiting for {}",
+                    waiting_for(send, recv)
                 )))
             }
         }
     }
     Ok(())
+}
+
+/// What [`await_completions`] still waits for, in words.
+fn waiting_for(send: Option<u64>, recv: Option<u64>) -> String {
+    match (send, recv) {
+        (Some(s), Some(r)) => format!("the send of message {s} and the receive of message {r}"),
+        (Some(s), None) => format!("the send of message {s}"),
+        (None, Some(r)) => format!("the receive of message {r}"),
+        (None, None) => "nothing".into(),
+    }
 }

@@ -231,3 +231,98 @@ fn perf_peak_bandwidth_is_a_real_rate() {
         "peak {peak} MB/s, average {avg} MB/s: {out}"
     );
 }
+
+/// `demo` and `perf` say when SOFTVERBS_FAULTS is in effect, what it did, and how often the
+/// run retransmitted.
+#[test]
+fn fault_runs_report_the_faults_and_the_retries() {
+    let o = Command::new(BIN)
+        .env("SOFTVERBS_DEVICES", "a=127.24.11.1,b=127.24.11.2")
+        .env("SOFTVERBS_FAULTS", "loss=100,seed=5")
+        .args(["demo", "--sizes", "0,1,65536,65536"])
+        .output()
+        .expect("demo");
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("faults: SOFTVERBS_FAULTS=loss=100,seed=5 in effect (a: "),
+        "{out}"
+    );
+    let retransmitted: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("retries: "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no retries line: {out}"));
+    assert!(retransmitted > 0, "{out}");
+    let o = Command::new(BIN)
+        .env("SOFTVERBS_DEVICES", "a=127.24.11.3,b=127.24.11.4")
+        .env("SOFTVERBS_FAULTS", "loss=50,seed=9")
+        .args([
+            "perf",
+            "write_bw",
+            "--loopback",
+            "-n",
+            "200",
+            "-s",
+            "8192",
+            "--json",
+        ])
+        .output()
+        .expect("perf");
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("softverbs perf: faults: SOFTVERBS_FAULTS=loss=50,seed=9"),
+        "{out}"
+    );
+    assert!(out.contains("softverbs perf: client retries: "), "{out}");
+    // Without faults: no faults line, and the retries line still there.
+    let o = Command::new(BIN)
+        .env("SOFTVERBS_DEVICES", "a=127.24.11.5,b=127.24.11.6")
+        .env_remove("SOFTVERBS_FAULTS")
+        .args(["demo", "--sizes", "1"])
+        .output()
+        .expect("demo");
+    let out = text(&o);
+    assert!(!out.contains("faults:"), "{out}");
+    assert!(out.contains("retries: 0 packets retransmitted"), "{out}");
+}
+
+/// `sim --json` and `decode --json` are one JSON document each.
+#[test]
+fn sim_and_decode_speak_json() {
+    let o = Command::new(BIN)
+        .args(["sim", "--seeds", "2", "--start", "7", "--json"])
+        .output()
+        .expect("sim");
+    assert!(o.status.success(), "{}", text(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("sim JSON");
+    assert_eq!(
+        (doc["seeds"].as_u64(), doc["start"].as_u64()),
+        (Some(2), Some(7))
+    );
+    assert_eq!(doc["failed"], 0);
+    assert!(doc["packets_sent"].as_u64().unwrap() > 0);
+
+    let capture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../conformance/ib_atomic_lat_cmp_swap_mtu1500.pcap"
+    );
+    let o = Command::new(BIN)
+        .args(["decode", "--json", capture])
+        .output()
+        .expect("decode");
+    assert!(o.status.success(), "{}", text(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("decode JSON");
+    assert_eq!(
+        (doc["frames"].as_u64(), doc["roce"].as_u64()),
+        (Some(39), Some(10))
+    );
+    assert_eq!(doc["packets"].as_array().map(Vec::len), Some(10));
+    assert_eq!(
+        doc["packets"][0]["frame"].as_u64().map(|n| n > 0),
+        Some(true)
+    );
+    assert!(doc["truncated"].is_null());
+}

@@ -170,3 +170,46 @@ pub struct WorkCompletion {
     /// Path bits.
     pub dlid_path_bits: u8,
 }
+
+/// One line for messages: `wr_id 0x3: RdmaWrite, remote access error (vendor error 0), 0
+/// bytes, QP 0x11`, never the whole struct.
+impl core::fmt::Display for WorkCompletion {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "wr_id {:#x}: {:?}, {}",
+            self.wr_id,
+            self.opcode,
+            self.status.as_str()
+        )?;
+        if self.vendor_err != 0 {
+            write!(f, " (vendor error {})", self.vendor_err)?;
+        }
+        write!(f, ", {} bytes, QP {:#x}", self.byte_len, self.qp_num)
+    }
+}
+
+#[cfg(test)]
+mod display_tests {
+    use super::*;
+
+    #[test]
+    fn a_completion_reads_as_one_line() {
+        let wc = WorkCompletion {
+            wr_id: 3,
+            status: WcStatus::RemAccessErr,
+            opcode: WcOpcode::RdmaWrite,
+            qp_num: 0x11,
+            ..WorkCompletion::default()
+        };
+        let text = wc.to_string();
+        assert_eq!(
+            text,
+            format!(
+                "wr_id 0x3: RdmaWrite, {}, 0 bytes, QP 0x11",
+                WcStatus::RemAccessErr.as_str()
+            )
+        );
+        assert!(!text.contains("WorkCompletion {"));
+    }
+}

@@ -9,7 +9,7 @@ mod bw;
 mod lat;
 mod oob;
 mod peak;
-mod progress;
+pub(crate) mod progress;
 mod report;
 mod run;
 mod sequence;

@@ -11,6 +11,8 @@ const EVERY: Duration = Duration::from_secs(1);
 
 /// A progress reporter of one run.
 pub struct Progress {
+    /// The command, printed in brackets before the label.
+    tool: &'static str,
     label: String,
     started: Instant,
     next: Instant,
@@ -19,10 +21,16 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Starts timing a run called `label`.
+    /// Starts timing a run of `softverbs perf` called `label`.
     pub fn start(label: impl Into<String>) -> Progress {
+        Progress::start_as("perf", label)
+    }
+
+    /// Starts timing a run of command `tool` called `label`.
+    pub fn start_as(tool: &'static str, label: impl Into<String>) -> Progress {
         let now = Instant::now();
         Progress {
+            tool,
             label: label.into(),
             started: now,
             next: now + QUIET_FOR,
@@ -57,7 +65,8 @@ impl Progress {
             _ => 0.0,
         };
         let line = format!(
-            "[perf] {}: {:5.1}% {} done, {:.0} s, {}",
+            "[{}] {}: {:5.1}% {} done, {:.0} s, {}",
+            self.tool,
             self.label,
             pct.min(100.0),
             done,

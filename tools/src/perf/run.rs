@@ -457,6 +457,12 @@ fn drive(
         };
     }
     seq.end(comm, &me)?;
+    // Why a run was slow or lossy: the faults in effect and this side's retries.
+    if let Some(line) = crate::run_report::faults_line(&[device]) {
+        eprintln!("softverbs perf: {line}");
+    }
+    let retries = crate::run_report::Retries::of(&side.ctx, side.qps.iter().map(|q| q.qp_num()));
+    eprintln!("softverbs perf: client {}", retries.line());
     Ok((rows, rss_connected))
 }
 
