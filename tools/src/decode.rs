@@ -66,6 +66,25 @@ struct Counts {
     malformed: usize,
 }
 
+impl Counts {
+    /// The counts in the summary's order: JSON key, words of the text line, value.
+    fn named(&self) -> [(&'static str, &'static str, usize); 7] {
+        [
+            ("frames", "frames", self.frames),
+            ("roce", "roce", self.roce),
+            ("icrc_ok", "icrc ok", self.icrc_ok),
+            ("icrc_bad", "icrc bad", self.icrc_bad),
+            (
+                "roundtrip_errors",
+                "roundtrip errors",
+                self.roundtrip_errors,
+            ),
+            ("skipped", "non-roce skipped", self.skipped),
+            ("malformed", "malformed", self.malformed),
+        ]
+    }
+}
+
 /// Runs the subcommand.
 pub fn run(args: &DecodeArgs) -> ExitCode {
     // A cut file (a capture still being written, or copied short) still decodes: every
@@ -107,34 +126,27 @@ pub fn run(args: &DecodeArgs) -> ExitCode {
             };
             decode_frame(&mut out, n, link, &frame.data, &mut counts)?;
         }
+        let named = counts.named();
         if args.json {
+            let fields: Vec<String> = named
+                .iter()
+                .map(|(key, _, v)| format!("\"{key}\":{v}"))
+                .collect();
+            let truncated = cut
+                .as_ref()
+                .map_or("null".to_string(), |why| json_str(&why.to_string()));
             writeln!(
                 out.out,
-                "],\"frames\":{},\"roce\":{},\"icrc_ok\":{},\"icrc_bad\":{},\"roundtrip_errors\":{},\
-                 \"skipped\":{},\"malformed\":{},\"truncated\":{}}}",
-                counts.frames,
-                counts.roce,
-                counts.icrc_ok,
-                counts.icrc_bad,
-                counts.roundtrip_errors,
-                counts.skipped,
-                counts.malformed,
-                cut.as_ref()
-                    .map_or("null".to_string(), |why| json_str(&why.to_string()))
+                "],{},\"truncated\":{truncated}}}",
+                fields.join(",")
             )?;
-            return out.out.flush();
+        } else {
+            let words: Vec<String> = named
+                .iter()
+                .map(|(_, words, v)| format!("{v} {words}"))
+                .collect();
+            writeln!(out.out, "{}", words.join(", "))?;
         }
-        writeln!(
-            out.out,
-            "{} frames, {} roce, {} icrc ok, {} icrc bad, {} roundtrip errors, {} non-roce skipped, {} malformed",
-            counts.frames,
-            counts.roce,
-            counts.icrc_ok,
-            counts.icrc_bad,
-            counts.roundtrip_errors,
-            counts.skipped,
-            counts.malformed
-        )?;
         out.out.flush()
     })();
     if let Err(e) = result {
