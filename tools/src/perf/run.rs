@@ -484,15 +484,23 @@ pub struct Memory {
 
 /// The UDP baseline of every size of the run.
 fn baselines(s: &Settings) -> VerbsResult<Vec<Baseline>> {
-    s.sizes
-        .iter()
-        .map(|&size| {
-            udp_baseline::measure(s, size).map_err(|e| VerbsError::Io {
-                errno: e.raw_os_error().unwrap_or(5),
-                message: format!("UDP baseline: {e}"),
-            })
-        })
-        .collect()
+    // About 6 s per size: a sweep says where it is.
+    let mut progress =
+        super::progress::Progress::start(format!("UDP baseline, {} sizes", s.sizes.len()));
+    let mut list = Vec::with_capacity(s.sizes.len());
+    for (i, &size) in s.sizes.iter().enumerate() {
+        let now = std::time::Instant::now();
+        if progress.due(now) {
+            let next = format!("next: {size} B");
+            progress.tick(now, i as u64, Some(s.sizes.len() as u64), None, &next);
+        }
+        list.push(udp_baseline::measure(s, size).map_err(|e| VerbsError::Io {
+            errno: e.raw_os_error().unwrap_or(5),
+            message: format!("UDP baseline: {e}"),
+        })?);
+    }
+    progress.finish();
+    Ok(list)
 }
 
 fn print_baselines(s: &Settings, list: &[Baseline]) {
