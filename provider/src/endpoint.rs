@@ -2,9 +2,11 @@
 //! TCP socket, a file, stdin): `qpn=0x11 psn=0x1000 gid=::ffff:127.0.0.1`, plus
 //! ` udp_port=N` when the device is not on 4791. `Display` writes it, `FromStr` reads it
 //! (EINVAL naming what is wrong); with the cargo feature `serde` it is also `Serialize` /
-//! `Deserialize`, as that same string.
+//! `Deserialize`, as that same string. [`exchange_endpoints`] swaps two of them over a
+//! stream (a `TcpStream` between the two processes).
 
 use std::fmt;
+use std::io::{Read, Write};
 use std::str::FromStr;
 
 use softverbs_api::{Gid, VerbsError};
@@ -75,6 +77,53 @@ impl FromStr for RcEndpoint {
     }
 }
 
+/// Longest endpoint line accepted from a peer (a real one is under 80 bytes).
+const MAX_LINE: u64 = 256;
+
+/// Sends `mine` over `stream` as one line and reads the peer's line back: what each of two
+/// processes calls on its end of a connected stream before `connect_rc`. Both sides write
+/// first, so neither waits for the other. EIO-like errors for the stream, EINVAL for a
+/// line that is not an endpoint (or longer than 256 bytes), ECONNRESET if the peer closed.
+pub fn exchange_endpoints<S: Read + Write>(
+    stream: &mut S,
+    mine: &RcEndpoint,
+) -> Result<RcEndpoint, VerbsError> {
+    let io = |e: std::io::Error| VerbsError::Io {
+        errno: e.raw_os_error().unwrap_or(libc::EIO),
+        message: format!("endpoint exchange: {e}"),
+    };
+    stream
+        .write_all(format!("{mine}\n").as_bytes())
+        .and_then(|()| stream.flush())
+        .map_err(io)?;
+    // Byte by byte, never past the end of the line: the stream stays usable for what the
+    // peer sends next (a buffered reader could swallow it).
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    loop {
+        match stream.read(&mut byte) {
+            Ok(0) => {
+                return Err(VerbsError::Io {
+                    errno: libc::ECONNRESET,
+                    message: "endpoint exchange: the peer closed the stream".into(),
+                })
+            }
+            Ok(_) if byte[0] == b'\n' => break,
+            Ok(_) if line.len() as u64 >= MAX_LINE => {
+                return Err(VerbsError::inval(format!(
+                    "endpoint exchange: no end of line within {MAX_LINE} bytes"
+                )))
+            }
+            Ok(_) => line.push(byte[0]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io(e)),
+        }
+    }
+    let line = String::from_utf8(line)
+        .map_err(|_| VerbsError::inval("endpoint exchange: the line is not UTF-8"))?;
+    line.trim_end().parse()
+}
+
 #[cfg(feature = "serde")]
 impl serde::Serialize for RcEndpoint {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -122,6 +171,31 @@ mod tests {
         ] {
             assert_eq!(bad.parse::<RcEndpoint>().unwrap_err().errno(), 22, "{bad}");
         }
+    }
+
+    #[test]
+    fn two_ends_of_a_stream_swap_their_endpoints() {
+        use std::os::unix::net::UnixStream;
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let ea = RcEndpoint {
+            qpn: 0x11,
+            psn: 1,
+            gid: "127.0.0.1".parse().unwrap(),
+            udp_port: None,
+        };
+        let eb = RcEndpoint {
+            qpn: 0x12,
+            psn: 2,
+            gid: "127.0.0.2".parse().unwrap(),
+            udp_port: Some(4792),
+        };
+        let other = std::thread::spawn(move || exchange_endpoints(&mut b, &eb));
+        assert_eq!(exchange_endpoints(&mut a, &ea).unwrap(), eb);
+        assert_eq!(other.join().unwrap().unwrap(), ea);
+
+        let (mut a, b) = UnixStream::pair().unwrap();
+        drop(b);
+        assert!(exchange_endpoints(&mut a, &ea).is_err());
     }
 
     #[cfg(feature = "serde")]

@@ -37,6 +37,7 @@ pub use ah::Ah;
 pub use channel::CompChannel;
 pub use context::{all_devices, devices, devices_for, Context};
 pub use cq::Cq;
+pub use endpoint::exchange_endpoints;
 pub use events::AsyncEvents;
 pub use mr::Mr;
 pub use mw::{Mw, MwBindTarget};

@@ -9,8 +9,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use softverbs::{
-    Gid, Mtu, RcConnectOptions, RcEndpoint, RecvWr, SendWr, VerbsError, VerbsResult, WcOpcode,
-    WcStatus,
+    Mtu, RcConnectOptions, RecvWr, SendWr, VerbsError, VerbsResult, WcOpcode, WcStatus,
 };
 
 use crate::ibv_pingpong::{self, IbvKind, IbvPingpongConfig, IbvRole};
@@ -131,31 +130,6 @@ fn io_err(e: std::io::Error) -> VerbsError {
 /// errno EIO, for side-channel failures without an OS error.
 const EIO: i32 = 5;
 
-fn encode(ep: &RcEndpoint) -> String {
-    format!(
-        "{:06x} {:06x} {} {}\n",
-        ep.qpn,
-        ep.psn,
-        ep.gid,
-        ep.udp_port.unwrap_or(0)
-    )
-}
-
-fn decode(line: &str) -> VerbsResult<RcEndpoint> {
-    let bad = || VerbsError::inval(format!("bad endpoint line {line:?}"));
-    let mut it = line.split_whitespace();
-    let qpn = u32::from_str_radix(it.next().ok_or_else(bad)?, 16).map_err(|_| bad())?;
-    let psn = u32::from_str_radix(it.next().ok_or_else(bad)?, 16).map_err(|_| bad())?;
-    let gid: std::net::Ipv6Addr = it.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
-    let port: u16 = it.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
-    Ok(RcEndpoint {
-        qpn,
-        psn,
-        gid: Gid(gid.octets()),
-        udp_port: (port != 0).then_some(port),
-    })
-}
-
 fn pingpong(args: &PingpongArgs) -> VerbsResult<()> {
     let timeout = Duration::from_secs(args.timeout_secs);
     let path_mtu = Mtu::from_bytes(args.mtu)
@@ -181,10 +155,8 @@ fn pingpong(args: &PingpongArgs) -> VerbsResult<()> {
 
     let my_psn = if is_server { 0x00_aaaa } else { 0x00_5555 };
     let me = side.qp.endpoint(my_psn, 1)?;
-    writer.write_all(encode(&me).as_bytes()).map_err(io_err)?;
+    let peer = softverbs::exchange_endpoints(&mut writer, &me)?;
     let mut line = String::new();
-    reader.read_line(&mut line).map_err(io_err)?;
-    let peer = decode(&line)?;
     let opts = RcConnectOptions {
         path_mtu,
         ..RcConnectOptions::default()
