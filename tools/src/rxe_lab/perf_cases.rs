@@ -11,9 +11,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use super::lab_env::{wait_exit, LabEnv};
+use super::lab_env::LabEnv;
 use super::perftest_cases::report_rows;
 use super::verb_cases::Direction;
+use super::watchdog::Watchdog;
 use crate::ibv_oob::IBV_PINGPONG_PORT;
 use crate::perf::{Sequence, TestKind};
 
@@ -263,8 +264,13 @@ pub fn run(
         )?;
         (guest, perf_child, guest_out, perf_out, perf_err)
     };
-    let perf_status = wait_exit(&mut perf_child, WAIT, "softverbs perf");
-    let guest_status = wait_exit(&mut guest, WAIT, kind.program);
+    let mut watchdog = Watchdog::new(env);
+    let perf_status = watchdog.wait_exit(&mut perf_child, WAIT, "softverbs perf");
+    if perf_status.is_err() {
+        // Its peer cannot finish either: do not wait for it.
+        let _ = guest.kill();
+    }
+    let guest_status = watchdog.wait_exit(&mut guest, WAIT, kind.program);
     let perf_lines = perf_out.all();
     let perf_errors = perf_err.all();
     let guest_lines = guest_out.all();

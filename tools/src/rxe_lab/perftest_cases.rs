@@ -13,8 +13,9 @@ use softverbs::{
     SendWr, WcOpcode, WcStatus, WrOpcode,
 };
 
-use super::lab_env::{wait_exit, LabEnv};
+use super::lab_env::LabEnv;
 use super::verb_cases::{Direction, LAB_QP_TIMEOUT};
+use super::watchdog::Watchdog;
 use crate::ibv_oob::IBV_PINGPONG_PORT;
 use crate::perftest_oob::{mtu_enum, PerftestComm, PerftestKeys};
 
@@ -59,8 +60,8 @@ fn e(x: softverbs::VerbsError) -> String {
     x.to_string()
 }
 
-fn wait_guest(mut child: Child) -> Result<String, String> {
-    wait_exit(&mut child, WAIT, "perftest in the guest")?;
+fn wait_guest(env: &LabEnv, mut child: Child) -> Result<String, String> {
+    Watchdog::new(env).wait_exit(&mut child, WAIT, "perftest in the guest")?;
     let out = child.wait_with_output().map_err(|x| x.to_string())?;
     let text =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
@@ -317,7 +318,7 @@ pub fn run(
     })();
     match outcome {
         Ok(covered) => {
-            let report = wait_guest(child)?;
+            let report = wait_guest(env, child)?;
             Ok(format!("{covered}; perftest's report: {report}"))
         }
         Err(x) => {
