@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::lab_env::LabEnv;
-use super::perftest_cases::report_rows;
+use super::perftest_cases::{report_rows, without_calibration_warnings};
 use super::verb_cases::Direction;
 use super::watchdog::Watchdog;
 use crate::ibv_oob::IBV_PINGPONG_PORT;
@@ -274,6 +274,7 @@ pub fn run(
     let perf_lines = perf_out.all();
     let perf_errors = perf_err.all();
     let guest_lines = guest_out.all();
+    let guest_report = without_calibration_warnings(&guest_lines.join("\n"));
     let perf_status = perf_status?;
     let guest_status = guest_status?;
     let tail = |lines: &[String]| {
@@ -288,9 +289,11 @@ pub fn run(
     };
     if !perf_status.success() {
         return Err(format!(
-            "softverbs perf failed ({perf_status}): {} / stderr: {}",
+            "softverbs perf failed ({perf_status}): {} / stderr: {} / {}: {}",
             tail(&perf_lines),
-            tail(&perf_errors)
+            tail(&perf_errors),
+            kind.program,
+            tail(&guest_lines)
         ));
     }
     if !guest_status.success() {
@@ -340,7 +343,7 @@ pub fn run(
         check(
             kind.program,
             is_client,
-            report_rows(guest_lines.iter().map(String::as_str), "#bytes"),
+            report_rows(guest_report.lines(), "#bytes"),
         )?
     } else {
         "none (its server only waits)".to_string()
