@@ -24,7 +24,8 @@ mad_layout! {
         local_qpn, set_local_qpn: u32 = (12, 0, 24);
         /// The sender's EE context (RD only).
         local_eecn, set_local_eecn: u32 = (16, 0, 24);
-        /// The sender's starting PSN.
+        /// Starting PSN: the PSN the REQ sender (active side) sends from; also the REP sender's
+        /// receive PSN.
         starting_psn, set_starting_psn: u32 = (20, 0, 24);
         /// Responder resources the sender grants.
         responder_resources, set_responder_resources: u8 = (24, 0, 8);

@@ -40,7 +40,8 @@ mad_layout! {
         transport_service_type, set_transport_service_type: u8 = (43, 5, 2);
         /// End-to-end flow control.
         end_to_end_flow_control, set_end_to_end_flow_control: u8 = (43, 7, 1);
-        /// The sender's starting PSN (24 bits).
+        /// Starting PSN (24 bits): the kernel makes it the sender's receive PSN, so the passive
+        /// side sends from it (its sq_psn) and the REP's starting PSN is the active side's.
         starting_psn, set_starting_psn: u32 = (44, 0, 24);
         /// How long the sender takes to answer: 4.096 us * 2^value.
         local_cm_response_timeout, set_local_cm_response_timeout: u8 = (47, 0, 5);
