@@ -2,10 +2,12 @@
 //!
 //! Layers, bottom up: [`wire`] (packet format only), [`memory`] (MR tables and the only unsafe
 //! copies), [`transport`] (sans-I/O RC state machines), [`net`] (datagram links),
-//! [`engine`] (threads, clocks and tables that drive the transport).
+//! [`engine`] (threads, clocks and tables that drive the transport), [`cm`] (the sans-I/O
+//! RDMA connection manager on QP1).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cm;
 pub mod engine;
 pub mod memory;
 pub mod net;

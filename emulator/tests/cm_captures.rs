@@ -7,10 +7,11 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use proptest::prelude::*;
+use softverbs_emu::cm::{AcceptParams, CmConfig, CmEventKind, CmManager, CmOutput, QpRequest};
 use softverbs_emu::net::pcap::read_capture;
 use softverbs_emu::wire::cm::{
-    attr, ip_service_id, method, parse_ip_service_id, CmMad, CmMessage, CmaHdr, MadError,
-    MadHeaderRepr, PortSpace, ReqRepr, CMA_HDR_LEN, GSI_QKEY, GSI_QPN, MAD_LEN,
+    attr, ip_service_id, method, parse_ip_service_id, roce_flow_label, CmMad, CmMessage, CmaHdr,
+    MadError, MadHeaderRepr, PortSpace, ReqRepr, CMA_HDR_LEN, GSI_QKEY, GSI_QPN, MAD_LEN,
 };
 use softverbs_emu::wire::{parse_frame, IpHeaderInfo, Opcode, RoceRepr};
 
@@ -178,6 +179,8 @@ fn decoded_fields_match_the_logs_and_the_data_packets() {
         let hdr = CmaHdr::parse(&req.private_data).unwrap();
         assert_eq!((hdr.src_addr, hdr.dst_addr), (*src, *dst));
         assert!(req.private_data[CMA_HDR_LEN..].iter().all(|&b| b == 0));
+        // rdma_cm's RoCE flow label: a hash of the two ports.
+        assert_eq!(req.primary_flow_label, roce_flow_label(hdr.src_port, 18515));
         // RoCE: permissive LIDs, GIDs are the (mapped) IP addresses.
         assert_eq!(
             (req.primary_local_lid, req.primary_remote_lid),
@@ -238,6 +241,69 @@ fn decoded_fields_match_the_logs_and_the_data_packets() {
     assert_eq!(reqs.len(), 2);
     assert!(log_connection_seen, "the logged connection's REQ/REP");
     assert!(psns_checked >= 2, "starting PSNs checked against data");
+}
+
+/// The kernel's REQ, fed to our listener, is understood as rdma_cm would: the event carries
+/// its header and QP, and accepting answers with a REP that echoes its IDs and asks for the
+/// QP attributes the kernel's passive side would use.
+#[test]
+fn a_kernel_req_is_accepted_by_our_listener() {
+    let (_, src, dst, bytes) = cm_mads().into_iter().nth(3).expect("second REQ");
+    let CmMessage::Req(req) = CmMad::parse(&bytes).unwrap().message else {
+        panic!("frame 24 is a REQ");
+    };
+    let mut cm = CmManager::new(CmConfig::new(dst, 0x5054_00ff_fe77_0001, 1));
+    cm.listen(PortSpace::Tcp, 18515).unwrap();
+    cm.handle_mad(0, src, &bytes).unwrap();
+    let Some(CmOutput::Event(ev)) = cm.poll_output() else {
+        panic!("a CONNECT_REQUEST event");
+    };
+    match &ev.kind {
+        CmEventKind::ConnectRequest {
+            cma, remote_qpn, ..
+        } => {
+            assert_eq!((cma.src_addr, cma.src_port), (src, 0xc1b2));
+            assert_eq!(*remote_qpn, 0x2e);
+        }
+        other => panic!("{other:?}"),
+    }
+    let accept = AcceptParams {
+        qpn: 0x32,
+        responder_resources: 0,
+        initiator_depth: 0,
+        rnr_retry_count: 7,
+        srq: false,
+        private_data: Vec::new(),
+    };
+    cm.accept(0, ev.id, &accept).unwrap();
+    let outs: Vec<CmOutput> = std::iter::from_fn(|| cm.poll_output()).collect();
+    match &outs[..] {
+        [CmOutput::ModifyQp(QpRequest::Rtr {
+            qpn: 0x32,
+            attrs: rtr,
+        }), CmOutput::ModifyQp(QpRequest::Rts { attrs: rts, .. }), CmOutput::SendMad { to, mad }] =>
+        {
+            assert_eq!(*to, src);
+            assert_eq!(
+                (rtr.dest_qpn, rtr.path_mtu, rtr.flow_label),
+                (0x2e, 3, 0x7bce1)
+            );
+            assert_eq!(rts.sq_psn, req.starting_psn);
+            assert_eq!((rts.timeout, rts.retry_cnt, rts.rnr_retry), (19, 7, 7));
+            let rep = CmMad::parse(&mad[..]).unwrap();
+            assert_eq!(rep.header.transaction_id, 0x0000_0002_c931_40c3);
+            let CmMessage::Rep(rep) = rep.message else {
+                panic!("a REP");
+            };
+            assert_eq!(
+                (rep.remote_comm_id, rep.local_qpn),
+                (req.local_comm_id, 0x32)
+            );
+            assert_eq!((rep.target_ack_delay, rep.rnr_retry_count), (15, 7));
+            assert_eq!(rtr.rq_psn, rep.starting_psn);
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 /// A REQ as rdma_cm would build it for 10.0.0.2:4000 -> 10.0.0.1:7471.

@@ -74,6 +74,21 @@ pub fn parse_ip_service_id(service_id: u64) -> Option<(PortSpace, u16)> {
     Some((space, service_id as u16))
 }
 
+/// The flow label rdma_cm gives a RoCE connection from its ports (the kernel's
+/// `cma_get_roce_udp_flow_label`: source port * 31 + destination port, 20 bits); on RoCEv2
+/// it picks the UDP source port of the data packets.
+pub fn roce_flow_label(src_port: u16, dst_port: u16) -> u32 {
+    (u32::from(src_port) * 31 + u32::from(dst_port)) & 0x000f_ffff
+}
+
+/// The GID of an IP address as RoCEv2 uses it: IPv4-mapped for v4.
+pub fn ip_to_gid(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
+    }
+}
+
 /// rdma_cm's private data header: who connects to whom.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CmaHdr {
@@ -169,6 +184,17 @@ mod tests {
         ] {
             assert_eq!(parse_ip_service_id(ip_service_id(ps, 7)), Some((ps, 7)));
         }
+    }
+
+    #[test]
+    fn flow_labels_of_the_capture() {
+        // The two REQs of ib_send_lat_rdmacm_mtu1500.pcap: ports 0xdfcf and 0xc1b2 -> 18515.
+        assert_eq!(roce_flow_label(0xdfcf, 18515), 0xb6264);
+        assert_eq!(roce_flow_label(0xc1b2, 18515), 0x7bce1);
+        assert_eq!(
+            ip_to_gid("10.77.0.1".parse().unwrap())[10..],
+            [0xff, 0xff, 10, 77, 0, 1]
+        );
     }
 
     #[test]

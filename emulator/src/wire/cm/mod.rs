@@ -18,7 +18,9 @@ pub mod req;
 pub mod sidr;
 
 pub use class_port_info::{ClassPortInfoPacket, ClassPortInfoRepr};
-pub use cma::{ip_service_id, parse_ip_service_id, CmaHdr, PortSpace, CMA_HDR_LEN};
+pub use cma::{
+    ip_service_id, ip_to_gid, parse_ip_service_id, roce_flow_label, CmaHdr, PortSpace, CMA_HDR_LEN,
+};
 pub use conn::{
     msg_code, rej_reason, DrepPacket, DrepRepr, DreqPacket, DreqRepr, MraPacket, MraRepr,
     RejPacket, RejRepr, RtuPacket, RtuRepr,
