@@ -13,17 +13,25 @@ use softverbs_emu::wire::cm::{rej_reason, CmMessage, PortSpace};
 const PORT: u16 = 7471;
 const MS: u64 = 1_000_000;
 
-/// Node 0 connects to node 1, which listens and accepts with QP 0x22.
-fn connected(seed: u64) -> (World, CmId, CmId) {
+/// Node 1 listens on PORT (if `listen`), node 0 sends a REQ for `port` from QP 0x11;
+/// returns the world, the active handle and the time of the REQ.
+fn start(seed: u64, listen: bool, port: u16) -> (World, CmId, u64) {
     let mut w = World::new(seed, Faults::default());
-    w.nodes[1].cm.listen(PortSpace::Tcp, PORT).unwrap();
-    w.nodes[1].auto_accept_qpn = Some(0x22);
-    let peer = w.addr(1);
-    let now = w.now_ns;
+    if listen {
+        w.nodes[1].cm.listen(PortSpace::Tcp, PORT).unwrap();
+    }
+    let (peer, t0) = (w.addr(1), w.now_ns);
     let a = w.nodes[0]
         .cm
-        .connect(now, &connect_params(peer, PORT, 0x11))
+        .connect(t0, &connect_params(peer, port, 0x11))
         .unwrap();
+    (w, a, t0)
+}
+
+/// Node 0 connects to node 1, which listens and accepts with QP 0x22.
+fn connected(seed: u64) -> (World, CmId, CmId) {
+    let (mut w, a, _) = start(seed, true, PORT);
+    w.nodes[1].auto_accept_qpn = Some(0x22);
     w.settle();
     let p = w.nodes[1].log.events[0].1.id;
     (w, a, p)
@@ -153,13 +161,7 @@ fn disconnect_from_the_passive_side() {
 
 #[test]
 fn reject_carries_the_reason_and_private_data() {
-    let mut w = World::new(4, Faults::default());
-    w.nodes[1].cm.listen(PortSpace::Tcp, PORT).unwrap();
-    let (peer, now) = (w.addr(1), w.now_ns);
-    let a = w.nodes[0]
-        .cm
-        .connect(now, &connect_params(peer, PORT, 0x11))
-        .unwrap();
+    let (mut w, a, now) = start(4, true, PORT);
     w.run_until(now + 10 * LATENCY_NS);
     let p = w.nodes[1].log.events[0].1.id;
     assert_eq!(
@@ -191,12 +193,7 @@ fn reject_carries_the_reason_and_private_data() {
 
 #[test]
 fn connecting_to_an_unlistened_service_is_rejected_invalid_service_id() {
-    let mut w = World::new(5, Faults::default());
-    let (peer, now) = (w.addr(1), w.now_ns);
-    let a = w.nodes[0]
-        .cm
-        .connect(now, &connect_params(peer, 9999, 0x11))
-        .unwrap();
+    let (mut w, a, _) = start(5, false, 9999);
     w.settle();
     assert!(matches!(
         w.nodes[0].log.kinds(a)[..],
@@ -214,14 +211,8 @@ fn connecting_to_an_unlistened_service_is_rejected_invalid_service_id() {
 
 #[test]
 fn a_silent_peer_makes_the_requester_unreachable_after_the_kernel_retries() {
-    let mut w = World::new(6, Faults::default());
+    let (mut w, a, t0) = start(6, true, PORT);
     w.nodes[1].mute = true;
-    w.nodes[1].cm.listen(PortSpace::Tcp, PORT).unwrap();
-    let (peer, t0) = (w.addr(1), w.now_ns);
-    let a = w.nodes[0]
-        .cm
-        .connect(t0, &connect_params(peer, PORT, 0x11))
-        .unwrap();
     w.settle();
     // 2 * 2^(18-8) ms + 2^(20-8) ms per try; 1 + 15 tries.
     let per_try = 6144 * MS;
@@ -244,14 +235,8 @@ fn a_silent_peer_makes_the_requester_unreachable_after_the_kernel_retries() {
 
 #[test]
 fn a_requester_that_vanishes_makes_the_listener_unreachable_after_rep_retries() {
-    let mut w = World::new(7, Faults::default());
-    w.nodes[1].cm.listen(PortSpace::Tcp, PORT).unwrap();
+    let (mut w, a, t0) = start(7, true, PORT);
     w.nodes[1].auto_accept_qpn = Some(0x22);
-    let (peer, t0) = (w.addr(1), w.now_ns);
-    let a = w.nodes[0]
-        .cm
-        .connect(t0, &connect_params(peer, PORT, 0x11))
-        .unwrap();
     w.run_until(t0 + LATENCY_NS);
     w.nodes[0].cm.destroy(w.now_ns, a).unwrap();
     w.nodes[0].mute = true;
@@ -275,13 +260,7 @@ fn a_requester_that_vanishes_makes_the_listener_unreachable_after_rep_retries() 
 
 #[test]
 fn duplicate_reqs_get_mra_while_deciding_then_the_rep_then_stale_rej() {
-    let mut w = World::new(8, Faults::default());
-    w.nodes[1].cm.listen(PortSpace::Tcp, PORT).unwrap();
-    let (peer, t0) = (w.addr(1), w.now_ns);
-    let a = w.nodes[0]
-        .cm
-        .connect(t0, &connect_params(peer, PORT, 0x11))
-        .unwrap();
+    let (mut w, a, t0) = start(8, true, PORT);
     w.run_until(t0 + 2 * LATENCY_NS);
     let req_bytes = w.nodes[0].log.sent[0].1.to_bytes();
     let p = w.nodes[1].log.events[0].1.id;
@@ -402,4 +381,43 @@ fn api_misuse_gets_typed_errors_and_tables_are_bounded() {
         cm.listen(PortSpace::Tcp, 1).unwrap_err().errno(),
         libc::EADDRINUSE
     );
+}
+
+#[test]
+fn a_new_req_from_a_connected_qp_is_stale_and_a_req_without_cma_header_is_refused() {
+    let (mut w, _, p) = connected(10);
+    // The same requester QP asks again while its first connection is up.
+    let (peer, now) = (w.addr(1), w.now_ns);
+    let again = w.nodes[0]
+        .cm
+        .connect(now, &connect_params(peer, PORT, 0x11))
+        .unwrap();
+    w.settle();
+    assert!(matches!(
+        w.nodes[0].log.kinds(again)[..],
+        [CmEventKind::Rejected(Rejection {
+            reason: rej_reason::STALE_CONNECTION,
+            ..
+        })]
+    ));
+    assert_eq!(w.nodes[1].cm.info(p).unwrap().state, ConnState::Established);
+    // A REQ whose private data lacks rdma_cm's header: consumer reject, counted.
+    let mut req = w.nodes[0].log.sent[0].1.clone();
+    if let CmMessage::Req(r) = &mut req.message {
+        r.local_comm_id ^= 0x5a5a;
+        r.local_qpn = 0x99;
+        r.private_data = [0; 92];
+    }
+    let (from, now) = (w.addr(0), w.now_ns);
+    w.nodes[1]
+        .cm
+        .handle_mad(now, from, &req.to_bytes())
+        .unwrap();
+    w.drain(1);
+    match &w.nodes[1].log.sent.last().unwrap().1.message {
+        CmMessage::Rej(r) => assert_eq!(r.reason, rej_reason::CONSUMER_REJECT),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(w.nodes[1].cm.counters().malformed, 1);
+    assert_eq!(w.nodes[1].cm.live_connections(), 1);
 }

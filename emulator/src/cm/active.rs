@@ -152,10 +152,10 @@ impl CmManager {
             self.send_rej(
                 from,
                 tid,
-                0,
-                rep.local_comm_id,
+                (0, rep.local_comm_id),
                 msg_code::REP,
                 rej_reason::INVALID_COMM_ID,
+                &[],
             );
             return;
         };
@@ -258,27 +258,14 @@ impl CmManager {
         }
     }
 
-    /// Sends a REJ that answers message `what` (msg_code) of the peer's `remote_id`.
+    /// Sends a REJ that answers message `what` (msg_code) with `reason`; `ids` are the
+    /// sender's and the receiver's communication IDs; `private_data` is at most 148 bytes
+    /// (checked by callers).
     pub(super) fn send_rej(
         &mut self,
         to: IpAddr,
         tid: u64,
-        local_id: u32,
-        remote_id: u32,
-        what: u8,
-        reason: u16,
-    ) {
-        self.send_rej_with(to, tid, local_id, remote_id, what, reason, &[]);
-    }
-
-    /// [`CmManager::send_rej`] with private data (at most 148 bytes; checked by callers).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn send_rej_with(
-        &mut self,
-        to: IpAddr,
-        tid: u64,
-        local_id: u32,
-        remote_id: u32,
+        (local_id, remote_id): (u32, u32),
         what: u8,
         reason: u16,
         private_data: &[u8],

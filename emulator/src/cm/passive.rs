@@ -44,6 +44,15 @@ impl CmManager {
             self.on_duplicate_req(id, state, from, tid, req);
             return;
         }
+        if let Err(reason) = self.admit_req(from, tid, req) {
+            let ids = (0, req.local_comm_id);
+            self.send_rej(from, tid, ids, msg_code::REQ, reason, &[]);
+        }
+    }
+
+    /// Creates the passive connection for a new REQ and reports CONNECT_REQUEST, or says
+    /// with which REJ reason the kernel would refuse it.
+    fn admit_req(&mut self, from: IpAddr, tid: u64, req: &ReqRepr) -> Result<(), u16> {
         let stale = self.conns.values().any(|c| {
             c.peer == from
                 && c.remote_qpn == req.local_qpn
@@ -51,64 +60,22 @@ impl CmManager {
         });
         if stale {
             self.counters.duplicate_reqs += 1;
-            self.send_rej(
-                from,
-                tid,
-                0,
-                req.local_comm_id,
-                msg_code::REQ,
-                rej_reason::STALE_CONNECTION,
-            );
-            return;
+            return Err(rej_reason::STALE_CONNECTION);
         }
         let listened = self.listeners.contains(&req.service_id)
             && parse_ip_service_id(req.service_id).is_none_or(|(ps, _)| ps != PortSpace::Udp);
         if !listened {
-            self.send_rej(
-                from,
-                tid,
-                0,
-                req.local_comm_id,
-                msg_code::REQ,
-                rej_reason::INVALID_SERVICE_ID,
-            );
-            return;
+            return Err(rej_reason::INVALID_SERVICE_ID);
         }
         if req.transport_service_type > 1 {
-            self.send_rej(
-                from,
-                tid,
-                0,
-                req.local_comm_id,
-                msg_code::REQ,
-                rej_reason::INVALID_TRANSPORT_TYPE,
-            );
-            return;
+            return Err(rej_reason::INVALID_TRANSPORT_TYPE);
         }
         let Ok(cma) = CmaHdr::parse(&req.private_data) else {
             // rdma_cm refuses a REQ without its header as a consumer reject.
             self.counters.malformed += 1;
-            self.send_rej(
-                from,
-                tid,
-                0,
-                req.local_comm_id,
-                msg_code::REQ,
-                rej_reason::CONSUMER_REJECT,
-            );
-            return;
+            return Err(rej_reason::CONSUMER_REJECT);
         };
-        let Ok(local_id) = self.new_comm_id() else {
-            self.send_rej(
-                from,
-                tid,
-                0,
-                req.local_comm_id,
-                msg_code::REQ,
-                rej_reason::NO_RESOURCES,
-            );
-            return;
-        };
+        let local_id = self.new_comm_id().map_err(|_| rej_reason::NO_RESOURCES)?;
         let rq_psn = self.ids.psn();
         let conn = Conn {
             state: ConnState::ReqRcvd,
@@ -144,17 +111,8 @@ impl CmManager {
             last_sent: None,
             quiet: false,
         };
-        if self.insert_conn(conn).is_err() {
-            self.send_rej(
-                from,
-                tid,
-                0,
-                req.local_comm_id,
-                msg_code::REQ,
-                rej_reason::NO_RESOURCES,
-            );
-            return;
-        }
+        self.insert_conn(conn)
+            .map_err(|_| rej_reason::NO_RESOURCES)?;
         self.emit_event(
             local_id,
             CmEventKind::ConnectRequest {
@@ -166,6 +124,7 @@ impl CmManager {
                 private_data: req.private_data[CMA_HDR_LEN..].to_vec(),
             },
         );
+        Ok(())
     }
 
     fn on_duplicate_req(
@@ -198,10 +157,10 @@ impl CmManager {
                 self.send_rej(
                     from,
                     tid,
-                    id,
-                    req.local_comm_id,
+                    (id, req.local_comm_id),
                     msg_code::REQ,
                     rej_reason::STALE_CONNECTION,
+                    &[],
                 );
             }
             _ => {}
@@ -274,11 +233,10 @@ impl CmManager {
             return Err(CmError::InvalidState(c.state.name()));
         }
         let (peer, tid, remote) = (c.peer, c.tid, c.remote_id);
-        self.send_rej_with(
+        self.send_rej(
             peer,
             tid,
-            id.0,
-            remote,
+            (id.0, remote),
             msg_code::REQ,
             rej_reason::CONSUMER_REJECT,
             private_data,

@@ -52,10 +52,10 @@ impl CmManager {
                 self.send_rej(
                     peer,
                     tid,
-                    id.0,
-                    remote_id,
+                    (id.0, remote_id),
                     msg_code::REQ,
                     rej_reason::TIMEOUT,
+                    &[],
                 );
                 self.free_conn(id.0);
             }
@@ -68,10 +68,10 @@ impl CmManager {
                 self.send_rej(
                     peer,
                     tid,
-                    id.0,
-                    remote_id,
+                    (id.0, remote_id),
                     what,
                     rej_reason::CONSUMER_REJECT,
+                    &[],
                 );
                 self.free_conn(id.0);
             }
