@@ -142,7 +142,8 @@ pub enum CmEventKind {
     Rejected(Rejection),
     /// No answer after every retry (RDMA_CM_EVENT_UNREACHABLE, status -ETIMEDOUT).
     Unreachable,
-    /// A malformed or inconsistent answer broke the attempt (RDMA_CM_EVENT_CONNECT_ERROR).
+    /// Setting up the QP failed (RDMA_CM_EVENT_CONNECT_ERROR). The CM core never emits it: the
+    /// engine raises it when it cannot apply a [`QpRequest`], then destroys the handle.
     ConnectError,
     /// The connection is closed (RDMA_CM_EVENT_DISCONNECTED); the QP was moved to ERR.
     Disconnected,
