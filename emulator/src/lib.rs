@@ -2,8 +2,7 @@
 //!
 //! Layers, bottom up: [`wire`] (packet format only), [`memory`] (MR tables and the only unsafe
 //! copies), [`transport`] (sans-I/O RC state machines), [`net`] (datagram links),
-//! [`engine`] (threads, clocks and tables that drive the transport), [`cm`] (the sans-I/O
-//! RDMA connection manager on QP1).
+//! [`engine`] (threads, clocks and tables that drive the transport).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
