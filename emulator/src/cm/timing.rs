@@ -28,7 +28,8 @@ pub fn iba_time_ns(value: u8) -> u64 {
 /// The kernel's `cm_ack_timeout`: a local ACK timeout covering the path's packet life time
 /// and the peer CA's ACK delay.
 pub fn ack_timeout(ca_ack_delay: u8, packet_life_time: u8) -> u8 {
-    let mut t = packet_life_time.saturating_add(1);
+    let mut t = packet_life_time.min(31) + 1;
+    let ca_ack_delay = ca_ack_delay.min(31);
     if t >= ca_ack_delay {
         t += u8::from(ca_ack_delay >= t - 1);
     } else {
@@ -64,6 +65,7 @@ mod tests {
         assert_eq!(ack_timeout(15, 10), 15);
         assert_eq!(ack_timeout(15, 13), 16);
         assert_eq!(ack_timeout(0, 31), 31);
+        assert_eq!(ack_timeout(255, 255), 31);
         assert_eq!(
             req_timeout_ns(CMA_IBOE_PACKET_LIFETIME, CMA_CM_RESPONSE_TIMEOUT),
             6144 * NS_PER_MS
