@@ -122,6 +122,7 @@ const LOSSY: Faults = Faults {
     loss: 0.2,
     dup: 0.2,
     jitter_ns: 300_000,
+    corrupt: 0.0,
 };
 
 #[test]
@@ -147,6 +148,7 @@ fn heavy_loss_still_gives_one_outcome_per_side_and_no_leaks() {
                 loss: 0.7,
                 dup: 0.3,
                 jitter_ns: 1_000_000,
+                corrupt: 0.0,
             },
         );
     }
@@ -156,4 +158,48 @@ fn heavy_loss_still_gives_one_outcome_per_side_and_no_leaks() {
 fn the_same_seed_replays_the_same_trace() {
     assert_eq!(run(42, LOSSY), run(42, LOSSY));
     assert_ne!(run(42, LOSSY), run(43, LOSSY));
+}
+
+/// Flipped bits reach the CM as hostile input: it never panics, counts what does not parse,
+/// never reports more than one outcome per handle, and releases everything once the
+/// application destroys its handles.
+#[test]
+fn corrupted_mads_never_panic_or_leak() {
+    let faults = Faults {
+        loss: 0.1,
+        dup: 0.1,
+        jitter_ns: 300_000,
+        corrupt: 0.3,
+    };
+    let mut malformed = 0;
+    for seed in 2000..2200 {
+        let mut w = World::new(seed, faults);
+        w.nodes[1].cm.listen(PortSpace::Tcp, PORT).unwrap();
+        w.nodes[1].auto_accept_qpn = Some(0x300);
+        let (peer, now) = (w.addr(1), w.now_ns);
+        let a = w.nodes[0]
+            .cm
+            .connect(now, &connect_params(peer, PORT, 0x100))
+            .unwrap();
+        w.settle();
+        let now = w.now_ns;
+        let _ = w.nodes[0].cm.disconnect(now, a);
+        w.settle();
+        let mut handles: Vec<(usize, CmId)> = vec![(0, a)];
+        handles.extend(w.nodes[1].log.events.iter().map(|(_, e)| (1, e.id)));
+        for &(i, id) in &handles {
+            let kinds = w.nodes[i].log.kinds(id);
+            let outcomes = kinds.iter().filter(|k| is_terminal(k)).count();
+            assert!(outcomes <= 1, "seed {seed} node {i}: {kinds:?}");
+            let now = w.now_ns;
+            let _ = w.nodes[i].cm.destroy(now, id);
+        }
+        w.settle();
+        for (i, n) in w.nodes.iter().enumerate() {
+            assert_eq!(n.cm.live_connections(), 0, "seed {seed} node {i} leaked");
+            assert_eq!(n.cm.next_deadline_ns(), None, "seed {seed} node {i}");
+            malformed += n.cm.counters().malformed;
+        }
+    }
+    assert!(malformed > 0, "corruption must reach the parser");
 }

@@ -101,6 +101,7 @@ fn sidr_under_faults_gives_one_outcome_and_one_request_event() {
         loss: 0.2,
         dup: 0.2,
         jitter_ns: 300_000,
+        corrupt: 0.0,
     };
     for seed in 0..200 {
         let (mut w, kinds) = resolve(seed, faults, true, true);

@@ -38,6 +38,9 @@ pub struct Faults {
     pub dup: f64,
     /// Extra random delay up to this many ns (reorders MADs).
     pub jitter_ns: u64,
+    /// Probability that a delivered copy has one random byte flipped (the ICRC would catch
+    /// this on a real wire; here it probes the CM with hostile input).
+    pub corrupt: f64,
 }
 
 pub const LATENCY_NS: u64 = 20_000;
@@ -199,9 +202,14 @@ impl World {
             };
             self.seq += 1;
             let src = self.nodes[from].addr;
+            let mut bytes = mad.to_vec();
+            if self.rng.chance(self.faults.corrupt) {
+                let at = (self.rng.next() % MAD_LEN as u64) as usize;
+                bytes[at] ^= 1 << (self.rng.next() % 8);
+            }
             self.in_flight.insert(
                 (self.now_ns + LATENCY_NS + jitter, self.seq),
-                (dst, src, mad.to_vec()),
+                (dst, src, bytes),
             );
         }
     }
@@ -229,10 +237,11 @@ impl World {
                 let key = *self.in_flight.keys().next().unwrap();
                 let (dst, src, mad) = self.in_flight.remove(&key).unwrap();
                 let now = self.now_ns;
-                self.nodes[dst]
-                    .cm
-                    .handle_mad(now, src, &mad)
-                    .expect("well-formed MAD");
+                let parsed = self.nodes[dst].cm.handle_mad(now, src, &mad);
+                assert!(
+                    parsed.is_ok() || self.faults.corrupt > 0.0,
+                    "the CM rejected its own MAD: {parsed:?}"
+                );
             } else {
                 let now = self.now_ns;
                 for n in &mut self.nodes {
