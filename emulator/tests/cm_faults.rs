@@ -11,18 +11,25 @@ use softverbs_emu::wire::cm::PortSpace;
 
 const PORT: u16 = 4791;
 
-/// One connect + disconnect on `seed`; returns the trace of MADs sent and events, and how
-/// many MADs were resent or answered as duplicates.
-fn run(seed: u64, faults: Faults) -> (String, u64) {
+/// Node 1 listens and accepts with `passive_qpn`; node 0 connects from QP 0x100; runs
+/// until quiet.
+fn connect_and_settle(seed: u64, faults: Faults, passive_qpn: u32) -> (World, CmId) {
     let mut w = World::new(seed, faults);
     w.nodes[1].cm.listen(PortSpace::Tcp, PORT).unwrap();
-    w.nodes[1].auto_accept_qpn = Some(0x200 + seed as u32 % 1000);
+    w.nodes[1].auto_accept_qpn = Some(passive_qpn);
     let (peer, now) = (w.addr(1), w.now_ns);
     let a = w.nodes[0]
         .cm
         .connect(now, &connect_params(peer, PORT, 0x100))
         .unwrap();
     w.settle();
+    (w, a)
+}
+
+/// One connect + disconnect on `seed`; returns the trace of MADs sent and events, and how
+/// many MADs were resent or answered as duplicates.
+fn run(seed: u64, faults: Faults) -> (String, u64) {
+    let (mut w, a) = connect_and_settle(seed, faults, 0x200 + seed as u32 % 1000);
     let requests: Vec<CmId> = w.nodes[1]
         .log
         .events
@@ -173,15 +180,7 @@ fn corrupted_mads_never_panic_or_leak() {
     };
     let mut malformed = 0;
     for seed in 2000..2200 {
-        let mut w = World::new(seed, faults);
-        w.nodes[1].cm.listen(PortSpace::Tcp, PORT).unwrap();
-        w.nodes[1].auto_accept_qpn = Some(0x300);
-        let (peer, now) = (w.addr(1), w.now_ns);
-        let a = w.nodes[0]
-            .cm
-            .connect(now, &connect_params(peer, PORT, 0x100))
-            .unwrap();
-        w.settle();
+        let (mut w, a) = connect_and_settle(seed, faults, 0x300);
         let now = w.now_ns;
         let _ = w.nodes[0].cm.disconnect(now, a);
         w.settle();
