@@ -39,6 +39,7 @@ pub unsafe extern "C" fn sv_ibv_create_comp_channel(
         Ok(v) => v,
         Err(e) => return fail_null(e.errno()),
     };
+    make_blocking(fd);
     let ch = Box::into_raw(Box::new(SvChannel {
         ch: IbvCompChannel {
             context,
@@ -347,6 +348,20 @@ pub unsafe extern "C" fn sv_req_notify_cq(cq: *mut IbvCq, solicited_only: i32) -
     match ctx.backend().req_notify_cq(id, solicited_only != 0) {
         Ok(()) => 0,
         Err(e) => e.errno(),
+    }
+}
+
+/// Makes `fd` blocking, as rdma-core's channel and async descriptors start out: the
+/// emulator creates its descriptors non-blocking, and whether the application later set
+/// O_NONBLOCK decides whether the get-event calls may block (the emulator reads a token
+/// only when one is pending, so it never blocks on the descriptor itself).
+pub(crate) fn make_blocking(fd: i32) {
+    // SAFETY: F_GETFL / F_SETFL on a descriptor the backend owns only change its flags.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
     }
 }
 

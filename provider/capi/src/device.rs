@@ -176,6 +176,9 @@ pub unsafe extern "C" fn sv_ibv_open_device(device: *mut IbvDevice) -> *mut IbvC
         }
     };
     let async_fd = emu.async_event_fd().unwrap_or(-1);
+    if async_fd >= 0 {
+        cq::make_blocking(async_fd);
+    }
     let ctx = Box::new(SvContext {
         vctx: VerbsContext {
             query_port: Some(sv_query_port_ex),
