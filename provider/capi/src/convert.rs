@@ -7,7 +7,7 @@ use softverbs_api::{
 };
 
 use crate::abi::{
-    IbvAhAttr, IbvDeviceAttr, IbvGlobalRoute, IbvPortAttr, IbvQpAttr, IbvQpCap, IbvWc,
+    IbvAhAttr, IbvDeviceAttr, IbvGid, IbvGlobalRoute, IbvPortAttr, IbvQpAttr, IbvQpCap, IbvWc,
 };
 
 /// `enum ibv_qp_type` → contract type (RC 2, UC 3, UD 4; others are not emulated).
@@ -139,7 +139,7 @@ pub fn ah_attr(a: &IbvAhAttr) -> Result<AhAttr, i32> {
         return Err(libc::EINVAL);
     }
     Ok(AhAttr {
-        dgid: Gid(a.grh.dgid),
+        dgid: Gid(a.grh.dgid.0),
         sgid_index: a.grh.sgid_index,
         hop_limit: a.grh.hop_limit,
         traffic_class: a.grh.traffic_class,
@@ -154,7 +154,7 @@ pub fn ah_attr(a: &IbvAhAttr) -> Result<AhAttr, i32> {
 pub fn ah_attr_raw(a: &AhAttr) -> IbvAhAttr {
     IbvAhAttr {
         grh: IbvGlobalRoute {
-            dgid: a.dgid.0,
+            dgid: IbvGid(a.dgid.0),
             flow_label: a.flow_label,
             sgid_index: a.sgid_index,
             hop_limit: a.hop_limit,

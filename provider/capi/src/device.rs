@@ -436,7 +436,7 @@ pub unsafe extern "C" fn sv_ibv_query_gid_ex(
             // SAFETY: entry is writable and at least one ibv_gid_entry long (checked).
             unsafe {
                 entry.write(IbvGidEntry {
-                    gid: g.gid.0,
+                    gid: IbvGid(g.gid.0),
                     gid_index,
                     port_num,
                     gid_type: gid_type_raw(g.gid_type),
@@ -490,7 +490,7 @@ pub unsafe extern "C" fn sv_ibv_query_gid_table(
             unsafe {
                 ((entries as *mut u8).add(n * entry_size) as *mut IbvGidEntry).write_unaligned(
                     IbvGidEntry {
-                        gid: g.gid.0,
+                        gid: IbvGid(g.gid.0),
                         gid_index: index,
                         port_num: port as u32,
                         gid_type: gid_type_raw(g.gid_type),

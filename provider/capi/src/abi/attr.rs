@@ -6,6 +6,11 @@ use std::os::raw::c_char;
 use super::objects::{IbvCompChannel, IbvCq, IbvMr, IbvPd, IbvSrq};
 use super::Opaque;
 
+/// `union ibv_gid`: 16 bytes, aligned as the two `__be64` of its `global` view.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+pub struct IbvGid(pub [u8; 16]);
+
 /// `struct ibv_device_attr`.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -91,7 +96,7 @@ pub struct IbvPortAttr {
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct IbvGidEntry {
-    pub gid: [u8; 16],
+    pub gid: IbvGid,
     pub gid_index: u32,
     pub port_num: u32,
     pub gid_type: u32,
@@ -164,7 +169,7 @@ pub struct IbvQpInitAttrEx {
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub struct IbvGlobalRoute {
-    pub dgid: [u8; 16],
+    pub dgid: IbvGid,
     pub flow_label: u32,
     pub sgid_index: u8,
     pub hop_limit: u8,
