@@ -165,12 +165,16 @@ unsafe fn create(
     cqe: i32,
     cq_context: *mut c_void,
     channel: *mut IbvCompChannel,
+    comp_vector: u32,
 ) -> *mut IbvCqEx {
     // SAFETY: checked live.
     let Some(ctx) = (unsafe { live_context(context) }) else {
         return fail_null(libc::EINVAL);
     };
-    if cqe < 0 {
+    let max_cqe = ctx.backend().query_device().map_or(0, |d| d.max_cqe);
+    // SAFETY: live context.
+    let vectors = unsafe { (*context).num_comp_vectors } as u32;
+    if cqe < 0 || cqe as u32 > max_cqe || comp_vector >= vectors {
         return fail_null(libc::EINVAL);
     }
     let channel_id = if channel.is_null() {
@@ -240,10 +244,10 @@ pub unsafe extern "C" fn sv_ibv_create_cq(
     cqe: i32,
     cq_context: *mut c_void,
     channel: *mut IbvCompChannel,
-    _comp_vector: i32,
+    comp_vector: i32,
 ) -> *mut IbvCq {
     // SAFETY: arguments forwarded as the application gave them; create checks them.
-    unsafe { create(context, cqe, cq_context, channel) as *mut IbvCq }
+    unsafe { create(context, cqe, cq_context, channel, comp_vector as u32) as *mut IbvCq }
 }
 
 /// `verbs_context.create_cq_ex`.
@@ -256,9 +260,20 @@ pub unsafe extern "C" fn sv_create_cq_ex(
     }
     // SAFETY: non-NULL attribute structure of the application.
     let a = unsafe { &*attr };
-    // comp_mask may name FLAGS (1) and PD (2); flags none we do not honour.
-    if a.comp_mask & !0b11 != 0 || (a.comp_mask & 1 != 0 && a.flags != 0) {
+    // comp_mask may name FLAGS (1) and PD (2, a parent domain: not supported).
+    if a.comp_mask & !0b11 != 0 {
         return fail_null(libc::EINVAL);
+    }
+    if a.comp_mask & 2 != 0 {
+        return fail_null(libc::EOPNOTSUPP);
+    }
+    // IBV_CREATE_CQ_ATTR_SINGLE_THREADED (1) is a hint; IGNORE_OVERRUN (2) is not offered.
+    if a.comp_mask & 1 != 0 && a.flags & !1 != 0 {
+        return fail_null(if a.flags & !0b11 != 0 {
+            libc::EINVAL
+        } else {
+            libc::EOPNOTSUPP
+        });
     }
     if a.wc_flags & !WC_FLAGS_SUPPORTED != 0 {
         return fail_null(libc::EOPNOTSUPP);
@@ -270,6 +285,7 @@ pub unsafe extern "C" fn sv_create_cq_ex(
             a.cqe.min(i32::MAX as u32) as i32,
             a.cq_context,
             a.channel,
+            a.comp_vector,
         )
     }
 }

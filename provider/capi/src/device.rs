@@ -179,6 +179,10 @@ pub unsafe extern "C" fn sv_ibv_open_device(device: *mut IbvDevice) -> *mut IbvC
     if async_fd >= 0 {
         cq::make_blocking(async_fd);
     }
+    // Programs dup or poll cmd_fd; the emulator has no command channel, so it is a
+    // descriptor of /dev/null that the context owns (closed by ibv_close_device).
+    // SAFETY: open(2) of a constant path; the result is checked.
+    let cmd_fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     let ctx = Box::new(SvContext {
         vctx: VerbsContext {
             query_port: Some(sv_query_port_ex),
@@ -209,7 +213,7 @@ pub unsafe extern "C" fn sv_ibv_open_device(device: *mut IbvDevice) -> *mut IbvC
                     post_recv: Some(post::sv_post_recv),
                     compat4: [0; 5],
                 },
-                cmd_fd: -1,
+                cmd_fd,
                 async_fd,
                 num_comp_vectors: 1,
                 mutex: PthreadMutex([0; std::mem::size_of::<libc::pthread_mutex_t>()]),
@@ -239,7 +243,12 @@ pub unsafe extern "C" fn sv_ibv_close_device(context: *mut IbvContext) -> i32 {
     // SAFETY: a live context of ours: recover and free the box made by open.
     let sv = unsafe { SvContext::from_ptr(context) }.expect("non-null") as *const SvContext;
     // SAFETY: sv came from Box::into_raw in sv_ibv_open_device and is unregistered now.
-    drop(unsafe { Box::from_raw(sv as *mut SvContext) });
+    let sv = unsafe { Box::from_raw(sv as *mut SvContext) };
+    if sv.vctx.context.cmd_fd >= 0 {
+        // SAFETY: the /dev/null descriptor open made for this context.
+        unsafe { libc::close(sv.vctx.context.cmd_fd) };
+    }
+    drop(sv);
     0
 }
 

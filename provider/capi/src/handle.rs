@@ -181,6 +181,12 @@ pub struct SvQp {
     pub qp: IbvQpEx,
     /// WRs built since `wr_start`.
     pub building: Mutex<Building>,
+    /// The backend id of the QP's PD.
+    pub pd_id: u32,
+    /// Send queue depth granted.
+    pub send_depth: u32,
+    /// Registered slots for ATOMIC WRITE values.
+    pub atomic: crate::bounce::AtomicRing,
 }
 
 /// The state of an `ibv_wr_start` .. `ibv_wr_complete` sequence.

@@ -5,7 +5,7 @@
 //!
 //! The crate is the C ABI, so `unsafe` is its business: it lives in every module that
 //! takes pointers from C (`device`, `mr`, `cq`, `qp`, `qp_ex`, `post`, `srq`, `ah`,
-//! `events`, `handle`) and nowhere else (`abi`, `convert` and `misc` only define data and
+//! `events`, `handle`, `bounce`) and nowhere else (`abi`, `convert` and `misc` only define data and
 //! pure functions; `misc` sets errno through `handle`). Each block says why it holds.
 //! Objects handed to C are boxes whose first field is the verbs.h structure; destroy
 //! calls check a table of live objects, so a destroyed or foreign pointer gets EINVAL.
@@ -14,6 +14,7 @@
 
 pub mod abi;
 mod ah;
+mod bounce;
 mod convert;
 mod cq;
 mod device;

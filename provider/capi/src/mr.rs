@@ -165,72 +165,26 @@ pub unsafe extern "C" fn sv_ibv_dereg_mr(mr: *mut IbvMr) -> i32 {
 const REREG_FLAGS: i32 = 0b111;
 /// IBV_REREG_MR_ERR_INPUT
 const REREG_ERR_INPUT: i32 = -1;
-/// IBV_REREG_MR_ERR_CMD
-const REREG_ERR_CMD: i32 = -4;
 
-/// `ibv_rereg_mr`: re-registers with the changed translation, PD or access (new keys).
+/// `ibv_rereg_mr`: not supported (EOPNOTSUPP in errno). A re-registration keeps the MR's
+/// keys, which peers already hold; the backend contract can only register anew, with new
+/// keys. Bad input still gets EINVAL first.
 #[no_mangle]
 pub unsafe extern "C" fn sv_ibv_rereg_mr(
     mr: *mut IbvMr,
     flags: i32,
-    pd: *mut IbvPd,
-    addr: *mut c_void,
-    length: usize,
-    access: i32,
+    _pd: *mut IbvPd,
+    _addr: *mut c_void,
+    _length: usize,
+    _access: i32,
 ) -> i32 {
     if !is_live(mr, Kind::Mr) || flags & !REREG_FLAGS != 0 || flags == 0 {
         set_errno(libc::EINVAL);
         return REREG_ERR_INPUT;
     }
-    // SAFETY: a live MR of ours.
-    let m = unsafe { &mut *mr };
-    let new_pd = if flags & 2 != 0 { pd } else { m.pd };
-    // SAFETY: checked live.
-    let Some((ctx, pd_id)) = (unsafe { live_pd(new_pd) }) else {
-        set_errno(libc::EINVAL);
-        return REREG_ERR_INPUT;
-    };
-    let (new_addr, new_len) = if flags & 1 != 0 {
-        (addr, length)
-    } else {
-        (m.addr, m.length)
-    };
-    if let Err(e) = ctx.backend().dereg_mr(m.lkey) {
-        set_errno(e.errno());
-        return REREG_ERR_CMD;
-    }
-    ctx.remove_region(m.addr as u64, m.lkey);
-    let access = if flags & 4 != 0 {
-        access as u32
-    } else {
-        MR_ACCESS_ON_REREG
-    };
-    match ctx.backend().reg_mr(
-        pd_id,
-        new_addr as u64,
-        new_len as u64,
-        convert::access(access),
-    ) {
-        Ok(keys) => {
-            ctx.add_region(new_addr as u64, new_len as u64, keys.lkey);
-            m.pd = new_pd;
-            m.addr = new_addr;
-            m.length = new_len;
-            m.lkey = keys.lkey;
-            m.rkey = keys.rkey;
-            m.handle = keys.lkey;
-            0
-        }
-        Err(e) => {
-            set_errno(e.errno());
-            REREG_ERR_CMD
-        }
-    }
+    set_errno(libc::EOPNOTSUPP);
+    REREG_ERR_INPUT
 }
-
-/// Access of a re-registration that does not change access: local write plus all remote
-/// rights (the contract does not keep an MR's original flags for us to reuse).
-const MR_ACCESS_ON_REREG: u32 = 0b1111;
 
 /// `ibv_context_ops.alloc_mw`.
 pub unsafe extern "C" fn sv_alloc_mw(pd: *mut IbvPd, mw_type: u32) -> *mut IbvMw {

@@ -176,7 +176,9 @@ pub unsafe extern "C" fn sv_post_send(
         // SAFETY: as above.
         cur = unsafe { (*cur).next };
     }
-    let result = ctx.backend().post_send(qpn, &wrs);
+    // SAFETY: the QP is one of ours (an SvQp).
+    let pd_id = unsafe { (*(qp as *const crate::handle::SvQp)).pd_id };
+    let result = crate::bounce::post_send(ctx, pd_id, qpn, wrs);
     // SAFETY: bad_wr is NULL or writable.
     unsafe { report(result, &ptrs, failed, bad_wr) }
 }

@@ -85,6 +85,9 @@ unsafe fn create(a: CreateArgs) -> *mut IbvQp {
             events_completed: 0,
         }),
         building: Mutex::new(Default::default()),
+        pd_id,
+        send_depth: granted.max_send_wr,
+        atomic: crate::bounce::AtomicRing::new(),
     });
     let p = Box::into_raw(sv) as *mut IbvQp;
     register(p, Kind::Qp);
@@ -253,6 +256,8 @@ pub unsafe extern "C" fn sv_ibv_destroy_qp(qp: *mut IbvQp) -> i32 {
     unregister(qp, Kind::Qp);
     ctx.qps.lock().remove(&qpn);
     // SAFETY: made by Box::into_raw; unregistered: freed once.
-    drop(unsafe { Box::from_raw(qp as *mut SvQp) });
+    let sv = unsafe { Box::from_raw(qp as *mut SvQp) };
+    sv.atomic.release(ctx);
+    drop(sv);
     0
 }

@@ -107,7 +107,7 @@ extern "C" fn wr_complete(qp: *mut IbvQpEx) -> i32 {
             (*qp).qp_base.qp_num,
         )
     };
-    match ctx.backend().post_send(qpn, &wrs) {
+    match crate::bounce::post_send(ctx, sv(qp).pd_id, qpn, wrs) {
         Ok(()) => 0,
         Err(e) => e.error.errno(),
     }
@@ -180,10 +180,19 @@ extern "C" fn wr_atomic_write(qp: *mut IbvQpEx, rkey: u32, addr: u64, atomic_wr:
     if atomic_wr.is_null() {
         return fail(qp, libc::EINVAL);
     }
-    // The 8 bytes to write are read at post time from the caller's buffer, found in a
-    // registered region as inline data is.
-    push(qp, WrOpcode::AtomicWrite, |w| w.remote = remote(rkey, addr));
-    inline(qp, &[(atomic_wr as u64, 8)]);
+    // The 8 bytes are the caller's until this returns: keep them in a registered slot.
+    // SAFETY: atomic_wr points to 8 readable bytes (verbs.h contract), non-NULL.
+    let value = unsafe { std::ptr::read_unaligned(atomic_wr as *const u64) };
+    let q = sv(qp);
+    // SAFETY: our QP, with an open context.
+    let ctx = unsafe { SvContext::from_ptr((*qp).qp_base.context) }.expect("open");
+    match q.atomic.stage(ctx, q.pd_id, q.send_depth, value) {
+        Ok(sge) => push(qp, WrOpcode::AtomicWrite, |w| {
+            w.remote = remote(rkey, addr);
+            w.sg_list = vec![sge];
+        }),
+        Err(e) => fail(qp, e),
+    }
 }
 
 extern "C" fn wr_flush(qp: *mut IbvQpEx, rkey: u32, addr: u64, len: usize, ty: u8, level: u8) {
@@ -232,22 +241,19 @@ extern "C" fn wr_set_sge_list(qp: *mut IbvQpEx, num_sge: usize, list: *const Ibv
     }
 }
 
-/// Inline data given by address: the emulator copies it at post time from the registered
-/// region that holds it.
+/// Inline data given by address: copied at post time (see `bounce::post_send`, which
+/// finds the region holding it or stages it).
 fn inline(qp: *mut IbvQpEx, bufs: &[(u64, usize)]) {
-    // SAFETY: our QP with an open context.
-    let ctx = unsafe { SvContext::from_ptr((*qp).qp_base.context) }.expect("open");
     let mut list = Vec::with_capacity(bufs.len());
     for &(addr, len) in bufs {
         let Ok(length) = u32::try_from(len) else {
             return fail(qp, libc::EINVAL);
         };
-        match ctx.lkey_covering(addr, len as u64) {
-            Some(lkey) => list.push(Sge { addr, length, lkey }),
-            // Inline data outside every registered region: not reachable by the
-            // emulator, which reads process memory only through registered regions.
-            None => return fail(qp, libc::EINVAL),
-        }
+        list.push(Sge {
+            addr,
+            length,
+            lkey: 0,
+        });
     }
     last(qp, |w| {
         w.sg_list = list;
