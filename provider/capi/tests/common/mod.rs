@@ -104,6 +104,9 @@ pub fn run_pair(
     client_args: &[String],
     limit: Duration,
 ) -> (String, String) {
+    // One pair at a time: the machine may have two cores, and each program busy-polls.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let server = on_dropin(program, slot)
         .args(server_args)
         .stdout(Stdio::piped())
