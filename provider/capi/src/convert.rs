@@ -10,70 +10,19 @@ use crate::abi::{
     IbvAhAttr, IbvDeviceAttr, IbvGid, IbvGlobalRoute, IbvPortAttr, IbvQpAttr, IbvQpCap, IbvWc,
 };
 
-/// `enum ibv_qp_type` → contract type (RC 2, UC 3, UD 4; others are not emulated).
+/// `enum ibv_qp_type` → contract type (RC, UC, UD; others are not emulated).
 pub fn qp_type(raw: u32) -> Option<QpType> {
-    match raw {
-        2 => Some(QpType::Rc),
-        3 => Some(QpType::Uc),
-        4 => Some(QpType::Ud),
-        _ => None,
-    }
-}
-
-/// Contract QP type → `enum ibv_qp_type`.
-pub fn qp_type_raw(t: QpType) -> u32 {
-    match t {
-        QpType::Rc => 2,
-        QpType::Uc => 3,
-        QpType::Ud => 4,
-    }
+    QpType::from_raw(raw)
 }
 
 /// `enum ibv_qp_state` → contract state.
 pub fn qp_state(raw: u32) -> Option<QpState> {
-    Some(match raw {
-        0 => QpState::Reset,
-        1 => QpState::Init,
-        2 => QpState::Rtr,
-        3 => QpState::Rts,
-        4 => QpState::Sqd,
-        5 => QpState::Sqe,
-        6 => QpState::Err,
-        _ => return None,
-    })
-}
-
-/// Contract state → `enum ibv_qp_state`.
-pub fn qp_state_raw(s: QpState) -> u32 {
-    match s {
-        QpState::Reset => 0,
-        QpState::Init => 1,
-        QpState::Rtr => 2,
-        QpState::Rts => 3,
-        QpState::Sqd => 4,
-        QpState::Sqe => 5,
-        QpState::Err => 6,
-    }
+    QpState::from_raw(raw)
 }
 
 /// `enum ibv_wr_opcode` → contract opcode.
 pub fn wr_opcode(raw: u32) -> Option<WrOpcode> {
-    Some(match raw {
-        0 => WrOpcode::RdmaWrite,
-        1 => WrOpcode::RdmaWriteWithImm,
-        2 => WrOpcode::Send,
-        3 => WrOpcode::SendWithImm,
-        4 => WrOpcode::RdmaRead,
-        5 => WrOpcode::AtomicCmpAndSwp,
-        6 => WrOpcode::AtomicFetchAndAdd,
-        7 => WrOpcode::LocalInv,
-        8 => WrOpcode::BindMw,
-        9 => WrOpcode::SendWithInv,
-        10 => WrOpcode::Tso,
-        14 => WrOpcode::Flush,
-        15 => WrOpcode::AtomicWrite,
-        _ => return None,
-    })
+    WrOpcode::from_raw(raw)
 }
 
 /// Contract completion → `struct ibv_wc`.
@@ -208,8 +157,8 @@ pub fn qp_attr(a: &IbvQpAttr, mask: u32) -> Result<QpAttr, i32> {
 /// Contract attributes → `struct ibv_qp_attr`.
 pub fn qp_attr_raw(a: &QpAttr) -> IbvQpAttr {
     IbvQpAttr {
-        qp_state: qp_state_raw(a.qp_state),
-        cur_qp_state: qp_state_raw(a.qp_state),
+        qp_state: a.qp_state.to_raw(),
+        cur_qp_state: a.qp_state.to_raw(),
         path_mtu: a.path_mtu as u32,
         path_mig_state: 0, // IBV_MIG_MIGRATED: no alternate path
         qkey: a.qkey,

@@ -8,33 +8,6 @@ use crate::cq::wait_for;
 use crate::device::live_context;
 use crate::handle::{set_errno, SvContext};
 
-fn kind(raw: u32) -> Option<AsyncEventKind> {
-    use AsyncEventKind::*;
-    [
-        CqErr,
-        QpFatal,
-        QpReqErr,
-        QpAccessErr,
-        CommEst,
-        SqDrained,
-        PathMig,
-        PathMigErr,
-        DeviceFatal,
-        PortActive,
-        PortErr,
-        LidChange,
-        PkeyChange,
-        SmChange,
-        SrqErr,
-        SrqLimitReached,
-        QpLastWqeReached,
-        ClientReregister,
-        GidChange,
-    ]
-    .into_iter()
-    .find(|k| k.to_raw() == raw)
-}
-
 /// The object pointer an event is about (or the port number, as the union holds it).
 fn element(ctx: &SvContext, e: &AsyncElement) -> usize {
     match *e {
@@ -93,7 +66,7 @@ pub unsafe extern "C" fn sv_ibv_ack_async_event(event: *mut IbvAsyncEvent) {
     }
     // SAFETY: the application's event, filled by ibv_get_async_event.
     let e = unsafe { &*event };
-    let Some(k) = kind(e.event_type) else {
+    let Some(k) = AsyncEventKind::from_raw(e.event_type) else {
         return;
     };
     let p = e.element as usize;

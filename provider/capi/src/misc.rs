@@ -29,34 +29,10 @@ macro_rules! cstr {
 /// `ibv_wc_status_str`.
 #[no_mangle]
 pub extern "C" fn sv_ibv_wc_status_str(status: u32) -> *const c_char {
-    use WcStatus::*;
-    let all = [
-        Success,
-        LocLenErr,
-        LocQpOpErr,
-        LocEecOpErr,
-        LocProtErr,
-        WrFlushErr,
-        MwBindErr,
-        BadRespErr,
-        LocAccessErr,
-        RemInvReqErr,
-        RemAccessErr,
-        RemOpErr,
-        RetryExcErr,
-        RnrRetryExcErr,
-        LocRddViolErr,
-        RemInvRdReqErr,
-        RemAbortErr,
-        InvEecnErr,
-        InvEecStateErr,
-        FatalErr,
-        RespTimeoutErr,
-        GeneralErr,
-    ];
     static NAMES: std::sync::OnceLock<Vec<std::ffi::CString>> = std::sync::OnceLock::new();
     let names = NAMES.get_or_init(|| {
-        all.iter()
+        WcStatus::ALL
+            .iter()
             .map(|s| std::ffi::CString::new(s.as_str()).expect("no NUL"))
             .collect()
     });

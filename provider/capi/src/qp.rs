@@ -194,7 +194,7 @@ pub unsafe extern "C" fn sv_ibv_modify_qp(qp: *mut IbvQp, attr: *mut IbvQpAttr, 
     }
     if mask.contains(QpAttrMask::STATE) {
         // SAFETY: live QP; the state field mirrors the last successful transition.
-        unsafe { (*qp).state = convert::qp_state_raw(a.qp_state) };
+        unsafe { (*qp).state = a.qp_state.to_raw() };
     }
     0
 }
@@ -226,9 +226,9 @@ pub unsafe extern "C" fn sv_ibv_query_qp(
         (*init_attr).recv_cq = (*qp).recv_cq;
         (*init_attr).srq = (*qp).srq;
         (*init_attr).cap = convert::cap_raw(&init.cap);
-        (*init_attr).qp_type = convert::qp_type_raw(init.qp_type);
+        (*init_attr).qp_type = init.qp_type.to_raw();
         (*init_attr).sq_sig_all = init.sq_sig_all as i32;
-        (*qp).state = convert::qp_state_raw(a.qp_state);
+        (*qp).state = a.qp_state.to_raw();
     }
     0
 }
