@@ -8,7 +8,7 @@
 #   - ib_send_lat -s 8 -I 0 vs softverbs perf send_lat -s 8 (typical us; the drop-in should
 #     add at most 0.5 us; no inline data on either side, softverbs perf's default).
 # (perftest's t_typical is its 5th column, softverbs perf's its 4th.)
-# Both run as two processes on two devices of 127.24.0.1/.2 (addresses of their own).
+# Both run as two processes on two devices (127.24.0.x for the drop-in, 127.24.1.x for perf).
 #
 #   provider/capi/bench/dropin-vs-perf.sh      # needs perftest (apt-get install perftest)
 set -euo pipefail
@@ -18,7 +18,10 @@ ITERS=${ITERS:-5000}
 command -v ib_write_bw >/dev/null || { echo "dropin-vs-perf: perftest is not installed" >&2; exit 1; }
 cargo build --release -q -p softverbs-ibverbs -p softverbs-tools
 SV=target/release/softverbs
-export SOFTVERBS_DEVICES=127.24.0.1,127.24.0.2
+# Each side on its own pair of addresses, so that one pair's closing sockets never meet
+# the next pair's binds.
+DROPIN_DEVICES=127.24.0.1,127.24.0.2
+PERF_DEVICES=127.24.1.1,127.24.1.2
 LIBPATH=$("$SV" run --print-env | sed 's/^LD_LIBRARY_PATH=//')
 PORT=${PORT:-18624}
 
@@ -40,17 +43,17 @@ median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 dropin_bw=() perf_bw=() dropin_lat=() perf_lat=()
 for i in $(seq "$REPEAT"); do
     p=$((PORT + i))
-    out=$(pair "env LD_LIBRARY_PATH=$LIBPATH ib_write_bw -d softrxe0 -x 1 -F -s 65536 -n $ITERS -p $p" \
-        "env LD_LIBRARY_PATH=$LIBPATH ib_write_bw -d softrxe1 -x 1 -F -s 65536 -n $ITERS -p $p 127.0.0.1")
+    out=$(pair "env SOFTVERBS_DEVICES=$DROPIN_DEVICES LD_LIBRARY_PATH=$LIBPATH ib_write_bw -d softrxe0 -x 1 -F -s 65536 -n $ITERS -p $p" \
+        "env SOFTVERBS_DEVICES=$DROPIN_DEVICES LD_LIBRARY_PATH=$LIBPATH ib_write_bw -d softrxe1 -x 1 -F -s 65536 -n $ITERS -p $p 127.0.0.1")
     dropin_bw+=("$(echo "$out" | field 65536 4)")
-    out=$(pair "$SV perf write_bw -s 65536 -n $ITERS -p $((p + 100))" \
-        "$SV perf write_bw -s 65536 -n $ITERS -p $((p + 100)) 127.0.0.1")
+    out=$(pair "env SOFTVERBS_DEVICES=$PERF_DEVICES $SV perf write_bw -s 65536 -n $ITERS -p $((p + 100))" \
+        "env SOFTVERBS_DEVICES=$PERF_DEVICES $SV perf write_bw -s 65536 -n $ITERS -p $((p + 100)) 127.0.0.1")
     perf_bw+=("$(echo "$out" | field 65536 4)")
-    out=$(pair "env LD_LIBRARY_PATH=$LIBPATH ib_send_lat -d softrxe0 -x 1 -F -I 0 -s 8 -n $ITERS -p $((p + 200))" \
-        "env LD_LIBRARY_PATH=$LIBPATH ib_send_lat -d softrxe1 -x 1 -F -I 0 -s 8 -n $ITERS -p $((p + 200)) 127.0.0.1")
+    out=$(pair "env SOFTVERBS_DEVICES=$DROPIN_DEVICES LD_LIBRARY_PATH=$LIBPATH ib_send_lat -d softrxe0 -x 1 -F -I 0 -s 8 -n $ITERS -p $((p + 200))" \
+        "env SOFTVERBS_DEVICES=$DROPIN_DEVICES LD_LIBRARY_PATH=$LIBPATH ib_send_lat -d softrxe1 -x 1 -F -I 0 -s 8 -n $ITERS -p $((p + 200)) 127.0.0.1")
     dropin_lat+=("$(echo "$out" | field 8 5)")
-    out=$(pair "$SV perf send_lat -s 8 -n $ITERS -p $((p + 300))" \
-        "$SV perf send_lat -s 8 -n $ITERS -p $((p + 300)) 127.0.0.1")
+    out=$(pair "env SOFTVERBS_DEVICES=$PERF_DEVICES $SV perf send_lat -s 8 -n $ITERS -p $((p + 300))" \
+        "env SOFTVERBS_DEVICES=$PERF_DEVICES $SV perf send_lat -s 8 -n $ITERS -p $((p + 300)) 127.0.0.1")
     perf_lat+=("$(echo "$out" | field 8 4)")
 done
 dbw=$(printf '%s\n' "${dropin_bw[@]}" | median)

@@ -322,6 +322,11 @@ unsafe extern "C" fn sv_query_device_ex(
     unsafe {
         std::ptr::write_bytes(attr as *mut u8, 0, attr_size);
         (attr as *mut IbvDeviceAttr).write(a);
+        // device_cap_flags_ex repeats the basic flags in its low 32 bits.
+        if attr_size >= DEVICE_ATTR_EX_CAP_FLAGS_EX + 8 {
+            ((attr as *mut u8).add(DEVICE_ATTR_EX_CAP_FLAGS_EX) as *mut u64)
+                .write_unaligned(a.device_cap_flags as u64);
+        }
         if attr_size >= DEVICE_ATTR_EX_SIZE {
             ((attr as *mut u8).add(DEVICE_ATTR_EX_PHYS_PORT_CNT) as *mut u32)
                 .write_unaligned(a.phys_port_cnt as u32);

@@ -198,6 +198,7 @@ fn rows() -> Vec<(&'static str, usize)> {
         ("sizeof(struct ibv_device_attr_ex)", DEVICE_ATTR_EX_SIZE),
         ("offsetof(struct ibv_device_attr_ex, comp_mask)", DEVICE_ATTR_EX_COMP_MASK),
         ("offsetof(struct ibv_device_attr_ex, phys_port_cnt_ex)", DEVICE_ATTR_EX_PHYS_PORT_CNT),
+        ("offsetof(struct ibv_device_attr_ex, device_cap_flags_ex)", DEVICE_ATTR_EX_CAP_FLAGS_EX),
         ("sizeof(struct ibv_port_attr)", size_of::<IbvPortAttr>()),
         ("offsetof(struct ibv_port_attr, state)", offset_of!(IbvPortAttr, state)),
         ("offsetof(struct ibv_port_attr, max_mtu)", offset_of!(IbvPortAttr, max_mtu)),

@@ -61,6 +61,8 @@ pub struct IbvDeviceAttr {
 pub const DEVICE_ATTR_EX_SIZE: usize = 400;
 /// Offset of `ibv_device_attr_ex.comp_mask`.
 pub const DEVICE_ATTR_EX_COMP_MASK: usize = 232;
+/// Offset of `ibv_device_attr_ex.device_cap_flags_ex`.
+pub const DEVICE_ATTR_EX_CAP_FLAGS_EX: usize = 280;
 /// Offset of `ibv_device_attr_ex.phys_port_cnt_ex`.
 pub const DEVICE_ATTR_EX_PHYS_PORT_CNT: usize = 396;
 
