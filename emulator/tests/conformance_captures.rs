@@ -1,6 +1,8 @@
 //! Every RoCEv2 packet of every kernel-rxe capture in the conformance folder parses, has a
 //! correct ICRC, and emits back to the identical bytes; counts match the folder's README.
 
+mod conformance_dir;
+use conformance_dir::conformance_dir;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -12,18 +14,6 @@ use softverbs_emu::wire::{
     ud_udp_src_port, verify_icrc, write_icrc, IcrcContext, IpHeaderInfo, Opcode, RoceRepr,
     Transport,
 };
-
-fn conformance_dir() -> PathBuf {
-    let dir = std::env::var_os("SOFTVERBS_CONFORMANCE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../conformance")));
-    assert!(
-        dir.join("README.md").is_file(),
-        "conformance captures missing at {}",
-        dir.display()
-    );
-    dir
-}
 
 fn pcaps(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)

@@ -237,3 +237,57 @@ fn a_local_operation_behind_unsignaled_work_does_not_wait_for_the_timer() {
         assert_eq!(p.a.qp.counters.ack_timeouts, 0, "together: {together}");
     }
 }
+
+/// A responder acknowledges a packet that asked (AckReq) or that ended a message, never a
+/// FIRST or MIDDLE packet nobody asked about, even when the traffic pauses in the middle of
+/// a message. Kernel rxe's responder does the same; an ACK of everything a kernel rxe
+/// requester had sent, arriving while that requester waited for its window, left it with
+/// nothing outstanding and so without a retransmission timer: stopped for good (issue 26).
+#[test]
+fn a_pause_in_the_middle_of_a_message_gets_no_ack_of_its_middle() {
+    let mtu = 1024usize;
+    let mut p = SimPair::new_rc(3, FaultConfig::none(), Mtu::Mtu1024, &attrs(10, 7));
+    let (src, lkey, _) = p.register(Side::A, 3 * mtu, AccessFlags::LOCAL_WRITE);
+    let (dst, _, rkey) = p.register(
+        Side::B,
+        3 * mtu,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+    );
+    let data: Vec<u8> = (0..3 * mtu).map(|i| (i * 7) as u8).collect();
+    p.write(Side::A, src, &data);
+    // The LAST packet is lost: B sees FIRST and MIDDLE, then a quiet wire.
+    p.lose.push((Side::A, 2));
+    let sge = Sge {
+        addr: src,
+        length: data.len() as u32,
+        lkey,
+    };
+    let remote = RemoteAddr {
+        remote_addr: dst,
+        rkey,
+    };
+    let wr = write(1, sge, remote, true);
+    p.post_send(Side::A, &[wr]).unwrap();
+    p.run(1_000);
+    let a = sent_by(&p, Side::A);
+    assert_eq!(
+        a[..3].iter().map(|s| (s.0, s.2)).collect::<Vec<_>>(),
+        [
+            (Opcode::RC_RDMA_WRITE_FIRST, false),
+            (Opcode::RC_RDMA_WRITE_MIDDLE, false),
+            (Opcode::RC_RDMA_WRITE_LAST, true)
+        ]
+    );
+    let b = sent_by(&p, Side::B);
+    assert!(
+        !b.iter()
+            .any(|s| s.0 == Opcode::RC_ACKNOWLEDGE && s.1 == 501),
+        "B acknowledged the MIDDLE packet nobody asked about: {b:?}"
+    );
+    // The requester's timer resends the message, and it completes once.
+    assert_eq!(
+        p.a.completion_summary(),
+        [(1, WcStatus::Success, WcOpcode::RdmaWrite)]
+    );
+    assert_eq!(p.read(Side::B, dst, data.len()), data);
+}

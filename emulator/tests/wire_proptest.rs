@@ -1,7 +1,8 @@
 //! Property tests of the RoCE parser: arbitrary and mutated real packets never panic and
 //! give the specific typed error; valid reprs survive emit -> parse unchanged.
 
-use std::path::PathBuf;
+mod conformance_dir;
+use conformance_dir::conformance_dir;
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
@@ -16,11 +17,7 @@ use softverbs_emu::wire::{
 fn captured() -> &'static [(IcrcContext, Vec<u8>)] {
     static PACKETS: OnceLock<Vec<(IcrcContext, Vec<u8>)>> = OnceLock::new();
     PACKETS.get_or_init(|| {
-        let dir = std::env::var_os("SOFTVERBS_CONFORMANCE_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../conformance"))
-            });
+        let dir = conformance_dir();
         let mut out = Vec::new();
         for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
             let path = entry.expect("entry").path();

@@ -15,6 +15,7 @@ mod perf;
 mod perftest_oob;
 mod pingpong;
 mod rc_pair;
+mod run;
 mod run_report;
 mod rxe_lab;
 mod sim;
@@ -51,6 +52,9 @@ enum Command {
     Sim(sim::SimArgs),
     /// The interop lab against kernel rxe in a qemu VM: build, up, run, down.
     RxeLab(rxe_lab::RxeLabArgs),
+    /// Run an unmodified C verbs program on the emulator: `softverbs run -- ibv_devinfo`
+    /// (puts the drop-in libibverbs.so.1 of crate softverbs-ibverbs on its library path).
+    Run(run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,5 +72,6 @@ fn main() -> ExitCode {
         Command::Decode(args) => decode::run(&args),
         Command::Sim(args) => sim::run(&args),
         Command::RxeLab(args) => rxe_lab::run(&args),
+        Command::Run(args) => run::run(&args),
     }
 }

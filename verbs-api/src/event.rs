@@ -45,6 +45,35 @@ pub enum AsyncEventKind {
 }
 
 impl AsyncEventKind {
+    /// The event kind of an `enum ibv_event_type` value (None for WQ events and unknown
+    /// values).
+    pub fn from_raw(raw: u32) -> Option<AsyncEventKind> {
+        use AsyncEventKind::*;
+        [
+            CqErr,
+            QpFatal,
+            QpReqErr,
+            QpAccessErr,
+            CommEst,
+            SqDrained,
+            PathMig,
+            PathMigErr,
+            DeviceFatal,
+            PortActive,
+            PortErr,
+            LidChange,
+            PkeyChange,
+            SmChange,
+            SrqErr,
+            SrqLimitReached,
+            QpLastWqeReached,
+            ClientReregister,
+            GidChange,
+        ]
+        .into_iter()
+        .find(|k| k.to_raw() == raw)
+    }
+
     /// The numeric value of `enum ibv_event_type`.
     pub fn to_raw(self) -> u32 {
         match self {

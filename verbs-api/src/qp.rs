@@ -14,6 +14,25 @@ pub enum QpType {
     Ud,
 }
 
+impl QpType {
+    /// The numeric value of `enum ibv_qp_type` (RC 2, UC 3, UD 4).
+    pub fn to_raw(self) -> u32 {
+        match self {
+            QpType::Rc => 2,
+            QpType::Uc => 3,
+            QpType::Ud => 4,
+        }
+    }
+
+    /// The type of an `enum ibv_qp_type` value (None for the types not emulated: XRC,
+    /// raw packet, driver-specific).
+    pub fn from_raw(raw: u32) -> Option<QpType> {
+        [QpType::Rc, QpType::Uc, QpType::Ud]
+            .into_iter()
+            .find(|t| t.to_raw() == raw)
+    }
+}
+
 /// `enum ibv_qp_state`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum QpState {
@@ -32,6 +51,29 @@ pub enum QpState {
     Sqe,
     /// IBV_QPS_ERR
     Err,
+}
+
+impl QpState {
+    /// Every state, in the order (and so with the values) of `enum ibv_qp_state`.
+    pub const ALL: [QpState; 7] = [
+        QpState::Reset,
+        QpState::Init,
+        QpState::Rtr,
+        QpState::Rts,
+        QpState::Sqd,
+        QpState::Sqe,
+        QpState::Err,
+    ];
+
+    /// The numeric value of `enum ibv_qp_state`.
+    pub fn to_raw(self) -> u32 {
+        self as u32
+    }
+
+    /// The state of an `enum ibv_qp_state` value.
+    pub fn from_raw(raw: u32) -> Option<QpState> {
+        QpState::ALL.get(raw as usize).copied()
+    }
 }
 
 /// `struct ibv_qp_cap`: queue sizes and limits, requested at create and returned as granted.

@@ -53,9 +53,40 @@ pub enum WcStatus {
 }
 
 impl WcStatus {
+    /// Every status, in the order (and so with the values) of `enum ibv_wc_status`.
+    pub const ALL: [WcStatus; 22] = [
+        WcStatus::Success,
+        WcStatus::LocLenErr,
+        WcStatus::LocQpOpErr,
+        WcStatus::LocEecOpErr,
+        WcStatus::LocProtErr,
+        WcStatus::WrFlushErr,
+        WcStatus::MwBindErr,
+        WcStatus::BadRespErr,
+        WcStatus::LocAccessErr,
+        WcStatus::RemInvReqErr,
+        WcStatus::RemAccessErr,
+        WcStatus::RemOpErr,
+        WcStatus::RetryExcErr,
+        WcStatus::RnrRetryExcErr,
+        WcStatus::LocRddViolErr,
+        WcStatus::RemInvRdReqErr,
+        WcStatus::RemAbortErr,
+        WcStatus::InvEecnErr,
+        WcStatus::InvEecStateErr,
+        WcStatus::FatalErr,
+        WcStatus::RespTimeoutErr,
+        WcStatus::GeneralErr,
+    ];
+
     /// The numeric value of `enum ibv_wc_status`.
     pub fn to_raw(self) -> u32 {
         self as u32
+    }
+
+    /// The status of an `enum ibv_wc_status` value.
+    pub fn from_raw(raw: u32) -> Option<WcStatus> {
+        WcStatus::ALL.get(raw as usize).copied()
     }
 
     /// The string `ibv_wc_status_str` gives.

@@ -64,6 +64,29 @@ impl WrOpcode {
         }
     }
 
+    /// The opcode of an `enum ibv_wr_opcode` value (None for unknown values and for the
+    /// opcodes the contract does not model, such as the driver-specific ones).
+    pub fn from_raw(raw: u32) -> Option<WrOpcode> {
+        use WrOpcode::*;
+        [
+            RdmaWrite,
+            RdmaWriteWithImm,
+            Send,
+            SendWithImm,
+            RdmaRead,
+            AtomicCmpAndSwp,
+            AtomicFetchAndAdd,
+            LocalInv,
+            BindMw,
+            SendWithInv,
+            Tso,
+            AtomicWrite,
+            Flush,
+        ]
+        .into_iter()
+        .find(|o| o.to_raw() == raw)
+    }
+
     /// True for the opcodes that carry immediate data.
     pub fn has_imm(self) -> bool {
         matches!(self, WrOpcode::RdmaWriteWithImm | WrOpcode::SendWithImm)

@@ -650,8 +650,11 @@ fn accept(qp: &mut TransportQp, pkt: &RoceRepr<'_>, out: &mut Outputs) {
     }
     if pkt.bth.ack_req {
         send_ack(qp, psn, AethRepr::ack(qp.resp.msn), out);
-    } else {
-        // The requester coalesces: this ACK is owed, but nobody waits for it.
+    } else if pkt.bth.opcode.info().is_some_and(|i| i.is_last()) {
+        // The requester coalesces: this ACK is owed, but nobody waits for it. Only a
+        // message's end is owed one, as rxe acknowledges: an unasked ACK of a FIRST or
+        // MIDDLE packet can cover all a kernel rxe requester has sent while it waits for
+        // its window, leaving it no timer to recover with (docs/rxe-lab.md, issue 26).
         out.owes_lazy_ack |= qp.resp.lazy_ack.is_none();
         qp.resp.lazy_ack = Some((psn, qp.resp.msn));
     }

@@ -27,37 +27,17 @@ pub(crate) fn error(errno: Errno, what: &str) -> VerbsError {
 
 /// `enum ibv_qp_type` of a contract QP type.
 pub(crate) fn qp_type_raw(t: QpType) -> u32 {
-    match t {
-        QpType::Rc => 2,
-        QpType::Uc => 3,
-        QpType::Ud => 4,
-    }
+    t.to_raw()
 }
 
 /// `enum ibv_qp_state` of a contract state (the contract enum follows verbs.h order).
 pub(crate) fn qp_state_raw(s: QpState) -> u32 {
-    match s {
-        QpState::Reset => 0,
-        QpState::Init => 1,
-        QpState::Rtr => 2,
-        QpState::Rts => 3,
-        QpState::Sqd => 4,
-        QpState::Sqe => 5,
-        QpState::Err => 6,
-    }
+    s.to_raw()
 }
 
 /// The contract state of an `enum ibv_qp_state` value (unknown values read as ERR).
 pub(crate) fn qp_state(raw: u32) -> QpState {
-    match raw {
-        0 => QpState::Reset,
-        1 => QpState::Init,
-        2 => QpState::Rtr,
-        3 => QpState::Rts,
-        4 => QpState::Sqd,
-        5 => QpState::Sqe,
-        _ => QpState::Err,
-    }
+    QpState::from_raw(raw).unwrap_or(QpState::Err)
 }
 
 /// The MTU of an `enum ibv_mtu` value (unknown values read as the smallest).
@@ -77,32 +57,7 @@ pub(crate) fn port_state(raw: u32) -> PortState {
 /// The contract status of an `enum ibv_wc_status` value (the contract enum follows verbs.h
 /// order; unknown values read as GENERAL_ERR).
 pub(crate) fn wc_status(raw: u32) -> WcStatus {
-    use WcStatus::*;
-    const ALL: [WcStatus; 22] = [
-        Success,
-        LocLenErr,
-        LocQpOpErr,
-        LocEecOpErr,
-        LocProtErr,
-        WrFlushErr,
-        MwBindErr,
-        BadRespErr,
-        LocAccessErr,
-        RemInvReqErr,
-        RemAccessErr,
-        RemOpErr,
-        RetryExcErr,
-        RnrRetryExcErr,
-        LocRddViolErr,
-        RemInvRdReqErr,
-        RemAbortErr,
-        InvEecnErr,
-        InvEecStateErr,
-        FatalErr,
-        RespTimeoutErr,
-        GeneralErr,
-    ];
-    ALL.get(raw as usize).copied().unwrap_or(GeneralErr)
+    WcStatus::from_raw(raw).unwrap_or(WcStatus::GeneralErr)
 }
 
 /// The contract opcode of an `enum ibv_wc_opcode` value (`None` for values it lacks).
@@ -132,30 +87,7 @@ pub(crate) fn wc_flags(raw: u32) -> WcFlags {
 
 /// The contract kind of an `enum ibv_event_type` value (`None` for values it lacks).
 pub(crate) fn async_kind(raw: u32) -> Option<AsyncEventKind> {
-    use AsyncEventKind::*;
-    [
-        CqErr,
-        QpFatal,
-        QpReqErr,
-        QpAccessErr,
-        CommEst,
-        SqDrained,
-        PathMig,
-        PathMigErr,
-        DeviceFatal,
-        PortActive,
-        PortErr,
-        LidChange,
-        PkeyChange,
-        SmChange,
-        SrqErr,
-        SrqLimitReached,
-        QpLastWqeReached,
-        ClientReregister,
-        GidChange,
-    ]
-    .into_iter()
-    .find(|k| k.to_raw() == raw)
+    AsyncEventKind::from_raw(raw)
 }
 
 #[cfg(test)]

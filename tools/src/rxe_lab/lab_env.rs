@@ -1,11 +1,10 @@
-//! A running lab as `lab.sh up` describes it in `<run dir>/lab.env`, the ssh command into
-//! its guest, and the bounded wait for such a command (or any child of a scenario) to exit.
+//! A running lab as `lab.sh up` describes it in `<run dir>/lab.env`, and the ssh command into
+//! its guest. (The bounded wait for a case's programs is in watchdog.rs.)
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 /// Default cache root of the lab (image and run state), outside any clone.
 pub const DEFAULT_CACHE: &str = "/var/cache/softverbs/rxe-lab";
@@ -117,22 +116,5 @@ impl LabEnv {
             .args(extra)
             .arg("root@127.0.0.1");
         c
-    }
-}
-
-/// Waits up to `limit` for `child` (an ssh into the guest, or a program of ours) to exit;
-/// its status, or `Err("{who} did not finish")` with the child killed.
-pub fn wait_exit(child: &mut Child, limit: Duration, who: &str) -> Result<ExitStatus, String> {
-    let deadline = Instant::now() + limit;
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return Ok(status),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("{who} did not finish"));
-            }
-        }
     }
 }

@@ -17,6 +17,7 @@ mod results;
 mod srq_cases;
 mod ud_cases;
 mod verb_cases;
+mod watchdog;
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -239,22 +240,35 @@ fn run_scenarios(args: &RunArgs) -> ExitCode {
     let started = Instant::now();
     let mut rows = Vec::new();
     for (i, case) in plan(args).into_iter().enumerate() {
-        let row = run_case(&env, &capture_dir, i, &case, !args.no_capture);
+        let mut row = run_case(&env, &capture_dir, i, &case, "", !args.no_capture);
+        if let Verdict::Fail(first) = &row.verdict {
+            // A loaded host can wedge one case (issue 26): it gets one more try on fresh QPs
+            // and fresh guest programs; a real fault fails both.
+            let first = first.clone();
+            print_row(&row, &format!("FAIL: {first} (retrying once)"));
+            end_guest_programs(&env);
+            let retry = run_case(&env, &capture_dir, i, &case, "-retry", !args.no_capture);
+            row = match retry.verdict {
+                Verdict::Pass => Row {
+                    verdict: Verdict::PassOnRetry(first),
+                    ..retry
+                },
+                Verdict::Fail(second) => {
+                    end_guest_programs(&env);
+                    Row {
+                        verdict: Verdict::Fail(format!("{second} (first try: {first})")),
+                        ..retry
+                    }
+                }
+                Verdict::PassOnRetry(_) => retry,
+            };
+        }
         let verdict = match &row.verdict {
             Verdict::Pass => "pass".to_string(),
-            Verdict::Fail(why) => {
-                end_guest_programs(&env);
-                format!("FAIL: {why}")
-            }
+            Verdict::PassOnRetry(_) => "pass on retry".to_string(),
+            Verdict::Fail(why) => format!("FAIL: {why}"),
         };
-        println!(
-            "{:<24} {:<17} mtu {:<5} {:>6.1} s  {verdict}  [{}]",
-            row.scenario,
-            row.direction,
-            row.mtu,
-            row.elapsed.as_secs_f64(),
-            row.capture
-        );
+        print_row(&row, &verdict);
         rows.push(row);
     }
     let table = results::table(&rows);
@@ -277,8 +291,13 @@ fn run_scenarios(args: &RunArgs) -> ExitCode {
         .iter()
         .filter(|r| matches!(r.verdict, Verdict::Fail(_)))
         .count();
+    let retried = rows
+        .iter()
+        .filter(|r| matches!(r.verdict, Verdict::PassOnRetry(_)))
+        .count();
     println!(
-        "rxe interop: {passed} passed, {failed} failed in {:.0} s (table: {})",
+        "rxe interop: {} passed, {failed} failed in {:.0} s ({retried} of the passes on retry; table: {})",
+        passed + retried,
         started.elapsed().as_secs_f64(),
         env.run.join("results.md").display()
     );
@@ -309,16 +328,29 @@ fn prime_arp(env: &LabEnv) {
     std::thread::sleep(std::time::Duration::from_secs(1));
 }
 
+fn print_row(row: &Row, verdict: &str) {
+    println!(
+        "{:<24} {:<17} mtu {:<5} {:>6.1} s  {verdict}  [{}]",
+        row.scenario,
+        row.direction,
+        row.mtu,
+        row.elapsed.as_secs_f64(),
+        row.capture
+    );
+}
+
+/// Runs one case; `attempt` ("" or "-retry") keeps a retry's capture beside the first's.
 fn run_case(
     env: &LabEnv,
     capture_dir: &std::path::Path,
     index: usize,
     case: &Case,
+    attempt: &str,
     capture: bool,
 ) -> Row {
     let started = Instant::now();
     let slug: String = format!(
-        "{:03}-{}-{}-mtu{}",
+        "{:03}-{}-{}-mtu{}{attempt}",
         index,
         case.scenario,
         match case.direction {
@@ -341,7 +373,7 @@ fn run_case(
         Some(qmp::Capture::start(
             &env.qmp,
             "lab",
-            &format!("cap{index}"),
+            &format!("cap{index}{attempt}"),
             &file,
         ))
     } else {

@@ -13,8 +13,9 @@ use softverbs::{
     SendWr, WcOpcode, WcStatus, WrOpcode,
 };
 
-use super::lab_env::{wait_exit, LabEnv};
+use super::lab_env::LabEnv;
 use super::verb_cases::{Direction, LAB_QP_TIMEOUT};
+use super::watchdog::Watchdog;
 use crate::ibv_oob::IBV_PINGPONG_PORT;
 use crate::perftest_oob::{mtu_enum, PerftestComm, PerftestKeys};
 
@@ -59,8 +60,8 @@ fn e(x: softverbs::VerbsError) -> String {
     x.to_string()
 }
 
-fn wait_guest(mut child: Child) -> Result<String, String> {
-    wait_exit(&mut child, WAIT, "perftest in the guest")?;
+fn wait_guest(env: &LabEnv, mut child: Child) -> Result<String, String> {
+    Watchdog::new(env).wait_exit(&mut child, WAIT, "perftest in the guest")?;
     let out = child.wait_with_output().map_err(|x| x.to_string())?;
     let text =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
@@ -72,11 +73,33 @@ fn wait_guest(mut child: Child) -> Result<String, String> {
             tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
         ));
     }
+    let text = without_calibration_warnings(&text);
     let report = report_rows(text.lines(), "#bytes")
         .first()
         .map(|fields| fields.join(" "))
         .ok_or_else(|| format!("perftest printed no report: {}", text.trim()))?;
     Ok(report)
+}
+
+/// perftest's output without the warnings its clock calibration writes to stderr on a busy
+/// machine ("Correlation coefficient r^2: 0.87 < 0.9", "Conflicting CPU frequency values
+/// detected: ..."). They arrive unbuffered and so land in the middle of a stdout report row;
+/// each is cut out with its newline, which joins the row's two halves again.
+pub fn without_calibration_warnings(text: &str) -> String {
+    const WARNINGS: [&str; 2] = [
+        "Correlation coefficient r^2: ",
+        "Conflicting CPU frequency values detected",
+    ];
+    let mut out = text.to_string();
+    for warning in WARNINGS {
+        while let Some(start) = out.find(warning) {
+            let end = out[start..]
+                .find('\n')
+                .map_or(out.len(), |newline| start + newline + 1);
+            out.replace_range(start..end, "");
+        }
+    }
+    out
 }
 
 /// The rows of a report, perftest's or `softverbs perf`'s: the lines starting with a
@@ -317,7 +340,7 @@ pub fn run(
     })();
     match outcome {
         Ok(covered) => {
-            let report = wait_guest(child)?;
+            let report = wait_guest(env, child)?;
             Ok(format!("{covered}; perftest's report: {report}"))
         }
         Err(x) => {
@@ -364,4 +387,29 @@ fn post_all(
         done += 1;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{report_rows, without_calibration_warnings};
+
+    /// As ib_write_bw printed it on a loaded lab host: the warning cut a row in two.
+    #[test]
+    fn calibration_warnings_inside_a_report_row_are_cut_out() {
+        let text = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n \
+                    64         5                0.00               0.00                 0.000021\n \
+                    128        5                0.00               0.00                 0.000007Correlation coefficient r^2: 0.872461 < 0.9\n\
+                    \n \
+                    256        5                0.01               0.01                 0.000010\n\
+                    Conflicting CPU frequency values detected: 2400.000000 != 2900.000000. CPU Frequency is not max.\n \
+                    512        5                0.02               0.02                 0.000011\n";
+        let clean = without_calibration_warnings(text);
+        let sizes: Vec<&str> = report_rows(clean.lines(), "#bytes")
+            .iter()
+            .map(|row| row[0])
+            .collect();
+        assert_eq!(sizes, ["64", "128", "256", "512"]);
+        let rows = report_rows(clean.lines(), "#bytes");
+        assert_eq!(rows[1].len(), 5, "{:?}", rows[1]);
+    }
 }

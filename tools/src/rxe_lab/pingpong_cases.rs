@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use softverbs::Mtu;
 
-use super::lab_env::{wait_exit, LabEnv};
+use super::lab_env::LabEnv;
 use super::verb_cases::{Direction, LAB_QP_TIMEOUT};
+use super::watchdog::Watchdog;
 use crate::ibv_oob::IBV_PINGPONG_PORT;
 use crate::ibv_pingpong::{self, IbvKind, IbvPingpongConfig, IbvRole};
 
@@ -48,8 +49,8 @@ fn iters_for(size: usize) -> u64 {
     }
 }
 
-fn wait_guest(mut child: Child) -> Result<String, String> {
-    wait_exit(
+fn wait_guest(env: &LabEnv, mut child: Child) -> Result<String, String> {
+    Watchdog::new(env).wait_exit(
         &mut child,
         GUEST_EXIT_WAIT,
         "the ping-pong program in the guest",
@@ -140,7 +141,7 @@ pub fn run(
     };
     match report {
         Ok(r) => {
-            wait_guest(child)?;
+            wait_guest(env, child)?;
             Ok(format!(
                 "{iters} x {size} B each way, echoes verified, {:.0} ms",
                 r.elapsed.as_secs_f64() * 1e3

@@ -12,6 +12,9 @@ pub enum Verdict {
     Pass,
     /// A check failed: why.
     Fail(String),
+    /// The first attempt failed (why), a second one on fresh QPs and guest programs passed.
+    /// Shown as such in the table and the summary, never as a plain pass.
+    PassOnRetry(String),
 }
 
 /// One row of the results table.
@@ -169,6 +172,9 @@ pub fn table(rows: &[Row]) -> String {
         let verdict = match &r.verdict {
             Verdict::Pass => "pass".to_string(),
             Verdict::Fail(why) => format!("**FAIL**: {}", why.replace('|', "/")),
+            Verdict::PassOnRetry(why) => {
+                format!("pass on retry (first try: {})", why.replace('|', "/"))
+            }
         };
         out.push_str(&format!(
             "| {} | {} | {} | {} | {} | {:.1} s | {} |\n",

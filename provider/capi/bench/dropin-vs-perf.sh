@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The drop-in's cost, as a benchmark (not a test): unmodified perftest through the drop-in
+# libibverbs.so.1 against `softverbs perf` (the same benchmarks written on the Rust API)
+# with the same parameters, alternating REPEAT times in one run, medians printed with
+# their ratio:
+#   - ib_write_bw -s 65536 vs softverbs perf write_bw -s 65536 (MB/s; the drop-in should
+#     keep at least 90%),
+#   - ib_send_lat -s 8 -I 0 vs softverbs perf send_lat -s 8 (typical us; the drop-in should
+#     add at most 0.5 us; no inline data on either side, softverbs perf's default).
+# (perftest's t_typical is its 5th column, softverbs perf's its 4th.)
+# Both run as two processes on two devices (127.24.0.x for the drop-in, 127.24.1.x for perf).
+#
+#   provider/capi/bench/dropin-vs-perf.sh      # needs perftest (apt-get install perftest)
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+REPEAT=${REPEAT:-3}
+ITERS=${ITERS:-5000}
+command -v ib_write_bw >/dev/null || { echo "dropin-vs-perf: perftest is not installed" >&2; exit 1; }
+cargo build --release -q -p softverbs-ibverbs -p softverbs-tools
+SV=target/release/softverbs
+# Each side on its own pair of addresses, so that one pair's closing sockets never meet
+# the next pair's binds.
+DROPIN_DEVICES=127.24.0.1,127.24.0.2
+PERF_DEVICES=127.24.1.1,127.24.1.2
+LIBPATH=$("$SV" run --print-env | sed 's/^LD_LIBRARY_PATH=//')
+PORT=${PORT:-18624}
+
+# One client/server pair; prints the client's report.
+pair() {
+    local server_cmd=$1 client_cmd=$2
+    $server_cmd >/tmp/dropin-bench-server.$$ 2>&1 &
+    local pid=$!
+    sleep 0.5
+    local out
+    out=$($client_cmd 2>&1) || { echo "$out" >&2; kill $pid 2>/dev/null; return 1; }
+    wait $pid || true
+    echo "$out"
+}
+# The value of column N of the report row of SIZE.
+field() { awk -v size="$1" -v n="$2" '$1 == size { print $n; exit }'; }
+median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+dropin_bw=() perf_bw=() dropin_lat=() perf_lat=()
+for i in $(seq "$REPEAT"); do
+    p=$((PORT + i))
+    out=$(pair "env SOFTVERBS_DEVICES=$DROPIN_DEVICES LD_LIBRARY_PATH=$LIBPATH ib_write_bw -d softrxe0 -x 1 -F -s 65536 -n $ITERS -p $p" \
+        "env SOFTVERBS_DEVICES=$DROPIN_DEVICES LD_LIBRARY_PATH=$LIBPATH ib_write_bw -d softrxe1 -x 1 -F -s 65536 -n $ITERS -p $p 127.0.0.1")
+    dropin_bw+=("$(echo "$out" | field 65536 4)")
+    out=$(pair "env SOFTVERBS_DEVICES=$PERF_DEVICES $SV perf write_bw -s 65536 -n $ITERS -p $((p + 100))" \
+        "env SOFTVERBS_DEVICES=$PERF_DEVICES $SV perf write_bw -s 65536 -n $ITERS -p $((p + 100)) 127.0.0.1")
+    perf_bw+=("$(echo "$out" | field 65536 4)")
+    out=$(pair "env SOFTVERBS_DEVICES=$DROPIN_DEVICES LD_LIBRARY_PATH=$LIBPATH ib_send_lat -d softrxe0 -x 1 -F -I 0 -s 8 -n $ITERS -p $((p + 200))" \
+        "env SOFTVERBS_DEVICES=$DROPIN_DEVICES LD_LIBRARY_PATH=$LIBPATH ib_send_lat -d softrxe1 -x 1 -F -I 0 -s 8 -n $ITERS -p $((p + 200)) 127.0.0.1")
+    dropin_lat+=("$(echo "$out" | field 8 5)")
+    out=$(pair "env SOFTVERBS_DEVICES=$PERF_DEVICES $SV perf send_lat -s 8 -n $ITERS -p $((p + 300))" \
+        "env SOFTVERBS_DEVICES=$PERF_DEVICES $SV perf send_lat -s 8 -n $ITERS -p $((p + 300)) 127.0.0.1")
+    perf_lat+=("$(echo "$out" | field 8 4)")
+done
+dbw=$(printf '%s\n' "${dropin_bw[@]}" | median)
+pbw=$(printf '%s\n' "${perf_bw[@]}" | median)
+dlat=$(printf '%s\n' "${dropin_lat[@]}" | median)
+plat=$(printf '%s\n' "${perf_lat[@]}" | median)
+echo "write_bw 65536 B  drop-in ${dbw} MB/s  softverbs perf ${pbw} MB/s  ratio $(awk -v a="$dbw" -v b="$pbw" 'BEGIN { printf "%.2f", a / b }')"
+echo "send_lat 8 B      drop-in ${dlat} us  softverbs perf ${plat} us  added $(awk -v a="$dlat" -v b="$plat" 'BEGIN { printf "%.2f", a - b }') us"
+echo "(runs: drop-in bw ${dropin_bw[*]} / perf bw ${perf_bw[*]} / drop-in lat ${dropin_lat[*]} / perf lat ${perf_lat[*]})"

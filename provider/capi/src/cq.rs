@@ -1,0 +1,458 @@
+//! Completion queues (`ibv_cq` and the extended `ibv_cq_ex` polling interface) and
+//! completion channels.
+
+use std::ffi::c_void;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use softverbs_api::{WcFlags, WorkCompletion};
+
+use crate::abi::*;
+use crate::convert;
+use crate::device::live_context;
+use crate::handle::{fail_null, is_live, register, set_errno, unregister, Kind, SvContext, SvCq};
+
+/// A completion channel: what applications see, then the backend's channel id.
+#[repr(C)]
+pub struct SvChannel {
+    /// What applications see.
+    pub ch: IbvCompChannel,
+    /// The backend's channel id.
+    pub id: u32,
+}
+
+/// `ibv_create_comp_channel`.
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_create_comp_channel(
+    context: *mut IbvContext,
+) -> *mut IbvCompChannel {
+    // SAFETY: checked live.
+    let Some(ctx) = (unsafe { live_context(context) }) else {
+        return fail_null(libc::EINVAL);
+    };
+    let made = ctx
+        .backend()
+        .create_comp_channel()
+        .and_then(|id| Ok((id, ctx.backend().comp_channel_fd(id)?)));
+    let (id, fd) = match made {
+        Ok(v) => v,
+        Err(e) => return fail_null(e.errno()),
+    };
+    make_blocking(fd);
+    let ch = Box::into_raw(Box::new(SvChannel {
+        ch: IbvCompChannel {
+            context,
+            fd,
+            refcnt: 0,
+        },
+        id,
+    })) as *mut IbvCompChannel;
+    register(ch, Kind::Channel);
+    ch
+}
+
+/// `ibv_destroy_comp_channel`: EBUSY while CQs use it.
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_destroy_comp_channel(channel: *mut IbvCompChannel) -> i32 {
+    if !is_live(channel, Kind::Channel) {
+        return libc::EINVAL;
+    }
+    let sv = channel as *mut SvChannel;
+    // SAFETY: live channel: an SvChannel of ours with a live context.
+    let (ctx, id) = unsafe { (SvContext::from_ptr((*channel).context), (*sv).id) };
+    if let Err(e) = ctx.expect("live").backend().destroy_comp_channel(id) {
+        return e.errno();
+    }
+    unregister(channel, Kind::Channel);
+    // SAFETY: made by Box::into_raw in create; unregistered, so freed once.
+    drop(unsafe { Box::from_raw(sv) });
+    0
+}
+
+extern "C" fn sv_start_poll(cq: *mut IbvCqEx, attr: *mut IbvPollCqAttr) -> i32 {
+    // SAFETY: attr is NULL or an ibv_poll_cq_attr.
+    if !attr.is_null() && unsafe { (*attr).comp_mask } != 0 {
+        return libc::EINVAL;
+    }
+    next_poll(cq)
+}
+
+extern "C" fn sv_next_poll(cq: *mut IbvCqEx) -> i32 {
+    next_poll(cq)
+}
+
+extern "C" fn sv_end_poll(_cq: *mut IbvCqEx) {}
+
+fn next_poll(cq: *mut IbvCqEx) -> i32 {
+    // SAFETY: cq is one of our CQs (the application calls these through its own table).
+    let sv = unsafe { &*(cq as *const SvCq) };
+    // SAFETY: its context is open while the CQ lives.
+    let ctx = unsafe { SvContext::from_ptr(sv.cq.cq.context) }.expect("CQ has a context");
+    let mut one = [WorkCompletion::default()];
+    match ctx.poll(sv, &mut one) {
+        Ok(0) => libc::ENOENT,
+        Ok(_) => {
+            // SAFETY: the application serialises polling of one CQ; the fields are plain data.
+            unsafe {
+                (*cq).wr_id = one[0].wr_id;
+                (*cq).status = one[0].status.to_raw();
+            }
+            *sv.current.lock() = one[0];
+            0
+        }
+        Err(e) => e.errno(),
+    }
+}
+
+fn current(cq: *mut IbvCqEx) -> WorkCompletion {
+    // SAFETY: cq is one of our CQs.
+    let sv = unsafe { &*(cq as *const SvCq) };
+    *sv.current.lock()
+}
+
+extern "C" fn sv_read_opcode(cq: *mut IbvCqEx) -> u32 {
+    current(cq).opcode.to_raw()
+}
+extern "C" fn sv_read_vendor_err(cq: *mut IbvCqEx) -> u32 {
+    current(cq).vendor_err
+}
+extern "C" fn sv_read_byte_len(cq: *mut IbvCqEx) -> u32 {
+    current(cq).byte_len
+}
+extern "C" fn sv_read_imm_data(cq: *mut IbvCqEx) -> u32 {
+    let w = current(cq);
+    if w.wc_flags.contains(WcFlags::WITH_INV) {
+        w.invalidated_rkey
+    } else {
+        w.imm_data.to_be()
+    }
+}
+extern "C" fn sv_read_qp_num(cq: *mut IbvCqEx) -> u32 {
+    current(cq).qp_num
+}
+extern "C" fn sv_read_src_qp(cq: *mut IbvCqEx) -> u32 {
+    current(cq).src_qp
+}
+extern "C" fn sv_read_wc_flags(cq: *mut IbvCqEx) -> u32 {
+    current(cq).wc_flags.bits()
+}
+extern "C" fn sv_read_slid(cq: *mut IbvCqEx) -> u32 {
+    current(cq).slid as u32
+}
+extern "C" fn sv_read_sl(cq: *mut IbvCqEx) -> u8 {
+    current(cq).sl
+}
+extern "C" fn sv_read_dlid_path_bits(cq: *mut IbvCqEx) -> u8 {
+    current(cq).dlid_path_bits
+}
+extern "C" fn sv_read_zero_u64(_cq: *mut IbvCqEx) -> u64 {
+    0
+}
+extern "C" fn sv_read_zero_u16(_cq: *mut IbvCqEx) -> u16 {
+    0
+}
+extern "C" fn sv_read_zero_u32(_cq: *mut IbvCqEx) -> u32 {
+    0
+}
+
+/// IBV_WC_EX_WITH_* flags the emulator can read: byte_len, imm, qp_num, src_qp, slid,
+/// sl, dlid_path_bits (completion timestamps, cvlan, flow tag and tag matching are not).
+const WC_FLAGS_SUPPORTED: u64 = 0b1111111;
+
+unsafe fn create(
+    context: *mut IbvContext,
+    cqe: i32,
+    cq_context: *mut c_void,
+    channel: *mut IbvCompChannel,
+    comp_vector: u32,
+) -> *mut IbvCqEx {
+    // SAFETY: checked live.
+    let Some(ctx) = (unsafe { live_context(context) }) else {
+        return fail_null(libc::EINVAL);
+    };
+    let max_cqe = ctx.backend().query_device().map_or(0, |d| d.max_cqe);
+    // SAFETY: live context.
+    let vectors = unsafe { (*context).num_comp_vectors } as u32;
+    if cqe < 0 || cqe as u32 > max_cqe || comp_vector >= vectors {
+        return fail_null(libc::EINVAL);
+    }
+    let channel_id = if channel.is_null() {
+        None
+    } else if is_live(channel, Kind::Channel) {
+        // SAFETY: a live SvChannel.
+        Some(unsafe { (*(channel as *mut SvChannel)).id })
+    } else {
+        return fail_null(libc::EINVAL);
+    };
+    let (id, granted) = match ctx.backend().create_cq(cqe.max(1) as u32, channel_id) {
+        Ok(v) => v,
+        Err(e) => return fail_null(e.errno()),
+    };
+    if !channel.is_null() {
+        // SAFETY: live channel.
+        unsafe { (*channel).refcnt += 1 };
+    }
+    let sv = Box::new(SvCq {
+        cq: IbvCqEx {
+            cq: IbvCq {
+                context,
+                channel,
+                cq_context,
+                handle: id,
+                cqe: granted.min(i32::MAX as u32) as i32,
+                mutex: PthreadMutex([0; std::mem::size_of::<libc::pthread_mutex_t>()]),
+                cond: PthreadCond([0; std::mem::size_of::<libc::pthread_cond_t>()]),
+                comp_events_completed: 0,
+                async_events_completed: 0,
+            },
+            comp_mask: 0,
+            status: 0,
+            wr_id: 0,
+            start_poll: Some(sv_start_poll),
+            next_poll: Some(sv_next_poll),
+            end_poll: Some(sv_end_poll),
+            read_opcode: Some(sv_read_opcode),
+            read_vendor_err: Some(sv_read_vendor_err),
+            read_byte_len: Some(sv_read_byte_len),
+            read_imm_data: Some(sv_read_imm_data),
+            read_qp_num: Some(sv_read_qp_num),
+            read_src_qp: Some(sv_read_src_qp),
+            read_wc_flags: Some(sv_read_wc_flags),
+            read_slid: Some(sv_read_slid),
+            read_sl: Some(sv_read_sl),
+            read_dlid_path_bits: Some(sv_read_dlid_path_bits),
+            read_completion_ts: Some(sv_read_zero_u64),
+            read_cvlan: Some(sv_read_zero_u16),
+            read_flow_tag: Some(sv_read_zero_u32),
+            read_tm_info: 0,
+            read_completion_wallclock_ns: Some(sv_read_zero_u64),
+        },
+        current: Mutex::new(WorkCompletion::default()),
+        empty_polls: AtomicU32::new(0),
+    });
+    let p = Box::into_raw(sv) as *mut IbvCqEx;
+    register(p as *mut IbvCq, Kind::Cq);
+    ctx.cqs.lock().insert(id, p as usize);
+    p
+}
+
+/// `ibv_create_cq`.
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_create_cq(
+    context: *mut IbvContext,
+    cqe: i32,
+    cq_context: *mut c_void,
+    channel: *mut IbvCompChannel,
+    comp_vector: i32,
+) -> *mut IbvCq {
+    // SAFETY: arguments forwarded as the application gave them; create checks them.
+    unsafe { create(context, cqe, cq_context, channel, comp_vector as u32) as *mut IbvCq }
+}
+
+/// `verbs_context.create_cq_ex`.
+pub unsafe extern "C" fn sv_create_cq_ex(
+    context: *mut IbvContext,
+    attr: *mut IbvCqInitAttrEx,
+) -> *mut IbvCqEx {
+    if attr.is_null() {
+        return fail_null(libc::EINVAL);
+    }
+    // SAFETY: non-NULL attribute structure of the application.
+    let a = unsafe { &*attr };
+    // comp_mask may name FLAGS (1) and PD (2, a parent domain: not supported).
+    if a.comp_mask & !0b11 != 0 {
+        return fail_null(libc::EINVAL);
+    }
+    if a.comp_mask & 2 != 0 {
+        return fail_null(libc::EOPNOTSUPP);
+    }
+    // IBV_CREATE_CQ_ATTR_SINGLE_THREADED (1) is a hint; IGNORE_OVERRUN (2) is not offered.
+    if a.comp_mask & 1 != 0 && a.flags & !1 != 0 {
+        return fail_null(if a.flags & !0b11 != 0 {
+            libc::EINVAL
+        } else {
+            libc::EOPNOTSUPP
+        });
+    }
+    if a.wc_flags & !WC_FLAGS_SUPPORTED != 0 {
+        return fail_null(libc::EOPNOTSUPP);
+    }
+    // SAFETY: as above.
+    unsafe {
+        create(
+            context,
+            a.cqe.min(i32::MAX as u32) as i32,
+            a.cq_context,
+            a.channel,
+            a.comp_vector,
+        )
+    }
+}
+
+/// `ibv_destroy_cq`: EBUSY while QPs use it.
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_destroy_cq(cq: *mut IbvCq) -> i32 {
+    if !is_live(cq, Kind::Cq) {
+        return libc::EINVAL;
+    }
+    // SAFETY: a live CQ of ours, inside an SvCq, with an open context.
+    let (ctx, id, channel) = unsafe {
+        (
+            SvContext::from_ptr((*cq).context).expect("live"),
+            (*cq).handle,
+            (*cq).channel,
+        )
+    };
+    if let Err(e) = ctx.backend().destroy_cq(id) {
+        return e.errno();
+    }
+    unregister(cq, Kind::Cq);
+    ctx.cqs.lock().remove(&id);
+    if !channel.is_null() && is_live(channel, Kind::Channel) {
+        // SAFETY: live channel.
+        unsafe { (*channel).refcnt -= 1 };
+    }
+    // SAFETY: made by Box::into_raw in create, unregistered: freed once.
+    drop(unsafe { Box::from_raw(cq as *mut SvCq) });
+    0
+}
+
+/// `ibv_context_ops.poll_cq`.
+pub unsafe extern "C" fn sv_poll_cq(cq: *mut IbvCq, num_entries: i32, wc: *mut IbvWc) -> i32 {
+    if cq.is_null() || num_entries < 0 || (wc.is_null() && num_entries > 0) {
+        return -libc::EINVAL;
+    }
+    // SAFETY: the application polls a CQ it created through us.
+    let sv = unsafe { &*(cq as *const SvCq) };
+    // SAFETY: its context is open while it lives.
+    let ctx = unsafe { SvContext::from_ptr((*cq).context) }.expect("CQ has a context");
+    let mut buf = [WorkCompletion::default(); 16];
+    let mut done = 0usize;
+    let want = num_entries as usize;
+    while done < want {
+        let chunk = (want - done).min(buf.len());
+        let n = match ctx.poll(sv, &mut buf[..chunk]) {
+            Ok(n) => n,
+            Err(e) if done == 0 => return -e.errno(),
+            Err(_) => break,
+        };
+        for (i, w) in buf[..n].iter().enumerate() {
+            // SAFETY: wc has num_entries writable entries; done + i < num_entries.
+            unsafe { wc.add(done + i).write(convert::wc(w)) };
+        }
+        done += n;
+        if n < chunk {
+            break;
+        }
+    }
+    done as i32
+}
+
+/// `ibv_context_ops.req_notify_cq`.
+pub unsafe extern "C" fn sv_req_notify_cq(cq: *mut IbvCq, solicited_only: i32) -> i32 {
+    if cq.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: a CQ of ours with an open context.
+    let (ctx, id) = unsafe {
+        (
+            SvContext::from_ptr((*cq).context).expect("open"),
+            (*cq).handle,
+        )
+    };
+    match ctx.backend().req_notify_cq(id, solicited_only != 0) {
+        Ok(()) => 0,
+        Err(e) => e.errno(),
+    }
+}
+
+/// Makes `fd` blocking, as rdma-core's channel and async descriptors start out: the
+/// emulator creates its descriptors non-blocking, and whether the application later set
+/// O_NONBLOCK decides whether the get-event calls may block (the emulator reads a token
+/// only when one is pending, so it never blocks on the descriptor itself).
+pub(crate) fn make_blocking(fd: i32) {
+    // SAFETY: F_GETFL / F_SETFL on a descriptor the backend owns only change its flags.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+    }
+}
+
+fn nonblocking(fd: i32) -> bool {
+    // SAFETY: F_GETFL on a descriptor only reads its flags.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    flags >= 0 && flags & libc::O_NONBLOCK != 0
+}
+
+/// How long an event wait may block: not at all on a non-blocking descriptor.
+pub(crate) fn wait_for(fd: i32) -> Option<Duration> {
+    if nonblocking(fd) {
+        Some(Duration::ZERO)
+    } else {
+        None
+    }
+}
+
+/// `ibv_get_cq_event`: blocks (unless the channel's fd is non-blocking: then EAGAIN).
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_get_cq_event(
+    channel: *mut IbvCompChannel,
+    cq: *mut *mut IbvCq,
+    cq_context: *mut *mut c_void,
+) -> i32 {
+    if !is_live(channel, Kind::Channel) || cq.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: a live channel of ours.
+    let (ctx, id, fd) = unsafe {
+        (
+            SvContext::from_ptr((*channel).context).expect("open"),
+            (*(channel as *mut SvChannel)).id,
+            (*channel).fd,
+        )
+    };
+    match ctx.backend().get_cq_event(id, wait_for(fd)) {
+        Ok(Some(cq_id)) => {
+            let Some(p) = ctx.cqs.lock().get(&cq_id).copied() else {
+                set_errno(libc::EINVAL);
+                return -1;
+            };
+            let p = p as *mut IbvCq;
+            // SAFETY: cq is writable (checked); cq_context is NULL or writable; p is live.
+            unsafe {
+                *cq = p;
+                if !cq_context.is_null() {
+                    *cq_context = (*p).cq_context;
+                }
+            }
+            0
+        }
+        Ok(None) => {
+            set_errno(libc::EAGAIN);
+            -1
+        }
+        Err(e) => {
+            set_errno(e.errno());
+            -1
+        }
+    }
+}
+
+/// `ibv_ack_cq_events`.
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_ack_cq_events(cq: *mut IbvCq, nevents: u32) {
+    if !is_live(cq, Kind::Cq) {
+        return;
+    }
+    // SAFETY: a live CQ of ours.
+    unsafe {
+        let ctx = SvContext::from_ptr((*cq).context).expect("open");
+        if ctx.backend().ack_cq_events((*cq).handle, nevents).is_ok() {
+            (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(nevents);
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! Helpers of the drop-in's integration tests: where the built library is, a directory
+//! that holds it as libibverbs.so.1, and running a Debian program pair (server + client)
+//! on two emulated devices of the test's own addresses.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The library cargo built for this package (target/<profile>/libsoftverbs_ibverbs.so).
+pub fn built_library() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    // target/<profile>/deps/<test> -> target/<profile>
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
+    profile_dir.join("libsoftverbs_ibverbs.so")
+}
+
+/// A directory holding `libibverbs.so.1` (a link to the built library), for LD_LIBRARY_PATH.
+pub fn library_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("softverbs-capi-lib");
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("libibverbs.so.1");
+    let tmp = dir.join(format!(
+        ".link.{}.{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(built_library(), &tmp).unwrap();
+    std::fs::rename(&tmp, &link).unwrap();
+    dir
+}
+
+/// The path of `program` if it is installed, else None after saying the test is skipped.
+pub fn installed(program: &str, package: &str) -> Option<PathBuf> {
+    for dir in ["/usr/bin", "/usr/local/bin", "/bin"] {
+        let p = Path::new(dir).join(program);
+        if p.is_file() {
+            return Some(p);
+        }
+    }
+    eprintln!("SKIPPED: {program} is not installed (apt-get install {package})");
+    None
+}
+
+/// A TCP port no one listens on now (the OS's choice).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The two emulated devices of test `slot`: softrxe0 on 127.22.<slot>.1, softrxe1 on
+/// 127.22.<slot>.2 (addresses no user process holds; each test its own pair).
+pub fn devices(slot: u8) -> String {
+    format!("127.22.{slot}.1,127.22.{slot}.2")
+}
+
+/// A command for `program` on the drop-in with the devices of `slot`.
+pub fn on_dropin(program: &Path, slot: u8) -> Command {
+    let mut c = Command::new(program);
+    c.env("LD_LIBRARY_PATH", library_dir())
+        .env("SOFTVERBS_DEVICES", devices(slot))
+        .env_remove("SOFTVERBS_PROVIDER")
+        .env_remove("SOFTVERBS_FAULTS");
+    c
+}
+
+/// Waits for `child` up to `limit`, killing it after; its output and whether it exited in time.
+pub fn wait(child: Child, limit: Duration) -> (Output, bool) {
+    let mut child = child;
+    let start = Instant::now();
+    loop {
+        match child.try_wait().unwrap() {
+            Some(_) => return (child.wait_with_output().unwrap(), true),
+            None if start.elapsed() > limit => {
+                let _ = child.kill();
+                return (child.wait_with_output().unwrap(), false);
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// The combined text of an output.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Runs a server (`server_args`) and, once it listens, a client (`client_args`, which
+/// name the server's address) of `program` on the devices of `slot`; both must exit 0.
+/// Returns (server output, client output).
+pub fn run_pair(
+    program: &Path,
+    slot: u8,
+    server_args: &[String],
+    client_args: &[String],
+    limit: Duration,
+) -> (String, String) {
+    // One pair at a time: the machine may have two cores, and each program busy-polls.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let server = on_dropin(program, slot)
+        .args(server_args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    // The client fails at once if the server does not listen yet: retry until it does.
+    let client = loop {
+        std::thread::sleep(Duration::from_millis(150));
+        let c = on_dropin(program, slot)
+            .args(client_args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (out, in_time) = wait(c, limit);
+        let t = text(&out);
+        let refused =
+            !out.status.success() && t.contains("onnect") && !t.contains("remote address");
+        if refused && start.elapsed() < Duration::from_secs(10) {
+            continue;
+        }
+        assert!(in_time, "{program:?} client timed out:\n{t}");
+        break out;
+    };
+    let (server_out, in_time) = wait(server, limit);
+    let (s, c) = (text(&server_out), text(&client));
+    assert!(
+        in_time && server_out.status.success() && client.status.success(),
+        "{program:?} {server_args:?} failed\n--- server ({:?}):\n{s}\n--- client ({:?}):\n{c}",
+        server_out.status,
+        client.status
+    );
+    (s, c)
+}

@@ -1,0 +1,82 @@
+//! The symbol test: every symbol@version of rdma-core 44's libibverbs is exported by the
+//! drop-in with the same default / compat binding (from the committed list, and from the
+//! system's libibverbs.so.1 when it is installed).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+/// (name, version, default?) of every versioned dynamic symbol `objdump -T` lists in `lib`
+/// (the node-marker symbols left out), or None without objdump.
+fn exported(lib: &Path) -> Option<BTreeSet<(String, String, bool)>> {
+    let out = Command::new("objdump").arg("-T").arg(lib).output().ok()?;
+    assert!(out.status.success(), "objdump -T {lib:?} failed");
+    let mut set = BTreeSet::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 4 || f.contains(&"*UND*") {
+            continue;
+        }
+        let (version, name) = (f[f.len() - 2], f[f.len() - 1]);
+        let default = !version.starts_with('(');
+        let version = version.trim_matches(|c| c == '(' || c == ')');
+        if !version.starts_with("IBVERBS_") || name == version {
+            continue;
+        }
+        set.insert((name.to_string(), version.to_string(), default));
+    }
+    Some(set)
+}
+
+fn committed_list() -> BTreeSet<(String, String, bool)> {
+    let text = include_str!("../symbols/libibverbs-44.symbols");
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[0].to_string(), f[1].to_string(), f[2] != "compat")
+        })
+        .collect()
+}
+
+#[test]
+fn every_rdma_core_44_symbol_version_is_exported() {
+    let ours = match exported(&common::built_library()) {
+        Some(s) => s,
+        None => {
+            eprintln!("SKIPPED: objdump is not installed (apt-get install binutils)");
+            return;
+        }
+    };
+    let want = committed_list();
+    assert_eq!(want.len(), 180, "the committed list of rdma-core 44");
+    let missing: Vec<_> = want.difference(&ours).collect();
+    assert!(missing.is_empty(), "not exported: {missing:?}");
+    let system = Path::new("/usr/lib/x86_64-linux-gnu/libibverbs.so.1");
+    if system.exists() {
+        let theirs = exported(system).unwrap();
+        let missing: Vec<_> = theirs.difference(&ours).collect();
+        assert!(
+            missing.is_empty(),
+            "the system's libibverbs exports these, we do not: {missing:?}"
+        );
+    } else {
+        eprintln!("note: no system libibverbs.so.1 to compare with (apt-get install libibverbs1)");
+    }
+}
+
+#[test]
+fn the_library_is_named_libibverbs_so_1() {
+    let Ok(out) = Command::new("readelf")
+        .arg("-d")
+        .arg(common::built_library())
+        .output()
+    else {
+        eprintln!("SKIPPED: readelf is not installed (apt-get install binutils)");
+        return;
+    };
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(t.contains("Library soname: [libibverbs.so.1]"), "{t}");
+}
