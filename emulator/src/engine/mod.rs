@@ -1,20 +1,41 @@
 //! The device runtime: the only part of the emulator with threads and a clock. It owns the
 //! PD / CQ / QP tables, feeds the transport with posted WRs, received packets and timer ticks,
 //! and delivers what the transport produces (packets to the link, completions to CQs).
+//!
+//! Files, bottom up: `device` (the tables and state of one device, its limits),
+//! `receive` (the receive pipeline: ICRC, parse, header checks, dispatch), `datapath` (a
+//! transport call on a QP and the delivery of what it produced, with the ACK hold),
+//! `engine_thread` (the thread that receives and fires timers, and [`engine_thread::DeviceRuntime`]
+//! which owns it), `context` (the [`softverbs_api::VerbsContext`] impl over them);
+//! `device_list` and `registry` find and open devices. `device_timers` are the timers of
+//! the device (not of a QP); `event_queue` the one fd-backed event queue under completion
+//! channels and async events.
 
 mod ack_hold;
 pub mod async_events;
+mod batch_clock;
 pub mod clock;
 pub mod comp_channel;
 pub mod config;
 pub mod context;
 pub mod cq;
+mod datapath;
+pub mod device;
+pub mod device_list;
+pub mod device_timers;
+pub mod engine_thread;
 pub mod event_fd;
+pub mod event_queue;
 mod id_hash;
+pub mod receive;
 pub mod registry;
-mod wait;
-pub mod worker;
 
 pub use config::{DeviceConfig, LinkConfig};
 pub use context::EmuContext;
-pub use registry::{device_list, open_device, register_device, DEVICES_ENV};
+pub use device_list::{device_list, register_device, DEVICES_ENV};
+pub use device_timers::{TimerId, TimerJob, TimersFull, MAX_DEVICE_TIMERS};
+pub use receive::{DeviceCounters, GsiHandler, RxDrop, GSI_QPN};
+pub use registry::open_device;
+
+#[cfg(test)]
+mod tests;
