@@ -12,7 +12,7 @@ use super::event_queue::FdEventQueue;
 
 /// Most events waiting on one channel: a CQ raises at most one event per
 /// `req_notify_cq`, so at most one per CQ of the device waits.
-const MAX_PENDING_CQ_EVENTS: usize = super::device::MAX_CQ as usize;
+const MAX_PENDING_CQ_EVENTS: usize = super::limits::MAX_CQ as usize;
 
 /// The CQs attached to a channel and, for each, the events handed out by `get` and not yet
 /// acknowledged.

@@ -24,9 +24,10 @@ use super::async_events::AsyncEventQueue;
 use super::comp_channel::CompChannel;
 use super::cq::CompletionQueue;
 use super::device::*;
+use super::device_counters::DeviceCounters;
 use super::device_timers::{TimerId, TimerJob};
 use super::engine_thread::DeviceRuntime;
-use super::receive::{DeviceCounters, GsiHandler};
+use super::gsi::GsiHandler;
 use crate::transport::qp::ROCE_UDP_PORT;
 use crate::transport::{AddressVector, Env, Outputs, SharedRecvQueue, TransportQp};
 

@@ -29,7 +29,7 @@ impl Device {
     ) -> R {
         let ahs = self.ahs.read();
         let mut qp = entry.qp.lock();
-        let read_clock = || super::batch_clock::batch_now(&self.clock);
+        let read_clock = || super::receive_batch::batch_now(&self.clock);
         let env = Env {
             mem: &self.mem,
             now: CallTime::when_needed(&read_clock),
@@ -59,7 +59,7 @@ impl Device {
             } else {
                 self.deferred_acks.take_into(&mut none);
                 for p in none {
-                    crate::transport::packet_pool::give(p.bytes);
+                    crate::net::packet_pool::give(p.bytes);
                 }
             }
         }
@@ -93,7 +93,7 @@ impl Device {
                 let mut superseded = Vec::new();
                 let mut first = super::ack_hold::hold(&mut out.packets, &mut superseded);
                 for bytes in superseded {
-                    crate::transport::packet_pool::give(bytes);
+                    crate::net::packet_pool::give(bytes);
                 }
                 // One send call for all of it (deferred ACKs join in send_packets).
                 if first.is_empty() {
@@ -159,7 +159,7 @@ impl Device {
             tracing::warn!(device = %self.config.name, error = %e, "send failed");
         }
         for p in packets.drain(..) {
-            crate::transport::packet_pool::give(p.bytes);
+            crate::net::packet_pool::give(p.bytes);
         }
     }
 

@@ -17,43 +17,16 @@ use super::async_events::AsyncEventQueue;
 use super::clock::Clock;
 use super::config::{DeviceConfig, LinkConfig};
 use super::cq::CompletionQueue;
+use super::device_counters::DeviceCounters;
 use super::device_timers::{DeviceTimers, TimerId, TimerJob, TimersFull};
+use super::gsi::GsiHandler;
 use super::id_hash::IdHash;
-use super::receive::{DeviceCounters, GsiHandler};
+use super::receive_batch::LastReceive;
 use crate::memory::MrTable;
 use crate::net::Link;
 use crate::transport::{AhTable, SharedRecvQueue, TransportQp};
 
-/// Device limits, close to rxe's (rxe_param.h).
-pub const MAX_QP: u32 = 0x1_0000;
-/// Most WRs per work queue.
-pub const MAX_QP_WR: u32 = 0x4000;
-/// Most SGEs per WR.
-pub const MAX_SGE: u32 = 32;
-/// Most CQs.
-pub const MAX_CQ: u32 = 0x1_0000;
-/// Most CQEs per CQ.
-pub const MAX_CQE: u32 = 0x1_0000;
-/// Most MRs.
-pub const MAX_MR: u32 = 0x1_0000;
-/// Most PDs.
-pub const MAX_PD: u32 = 0x1_0000;
-/// Most inline bytes per send WR.
-pub const MAX_INLINE_DATA: u32 = 400;
-/// Outstanding READ/atomic per QP (both directions).
-pub const MAX_RD_ATOMIC: u32 = 128;
-/// First QP number handed out (rxe starts above the special QPs 0 and 1).
-pub const FIRST_QPN: u32 = 0x11;
-/// Most SRQs (rxe_param.h).
-pub const MAX_SRQ: u32 = 0x4_0000;
-/// Most WRs per SRQ.
-pub const MAX_SRQ_WR: u32 = 0x4000;
-/// Most SGEs per SRQ receive WR.
-pub const MAX_SRQ_SGE: u32 = 27;
-/// Most address handles.
-pub const MAX_AH: u32 = 0x3ffe;
-/// Most completion channels per context (each holds a file descriptor).
-pub const MAX_COMP_CHANNELS: usize = 1024;
+pub use super::limits::*;
 
 /// A QP, the CQs it completes into and the SRQ it receives from.
 pub(crate) struct QpEntry {
@@ -79,7 +52,7 @@ pub struct Device {
     /// Held by whoever takes datagrams off a pollable link and hands them to QPs (the
     /// engine thread, or an application polling an empty CQ): one receiver at a time keeps
     /// the arrival order. It guards what the last receive found (see engine_thread).
-    pub(crate) rx_lock: Mutex<super::engine_thread::LastReceive>,
+    pub(crate) rx_lock: Mutex<LastReceive>,
     /// Bumped whenever an application polls an empty CQ (and so receives for the engine):
     /// while it keeps changing, the engine thread stays off the link (see engine_thread). A counter,
     /// not a time: polling must not cost a clock read.

@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 use softverbs_api::{VerbsError, VerbsResult};
 
 use super::device::Device;
+use super::receive_batch::LastReceive;
 
 /// Longest the thread sleeps in one receive: bounds how late a deadline armed by another
 /// thread (a post) can fire, and how long shutdown takes.
@@ -163,13 +164,6 @@ enum AckTiming {
     Deferred,
 }
 
-/// What the last receive from a device's link found, kept under `Device::rx_lock`.
-#[derive(Default)]
-pub(crate) struct LastReceive {
-    /// It found nothing: the link is idle, and a datagram found now is likely alone.
-    found_nothing: bool,
-}
-
 impl LastReceive {
     /// The datagrams the first round of the next receive asks for: one (and no more rounds)
     /// for an application thread after an empty receive, else a full batch.
@@ -205,7 +199,7 @@ fn receive_ready(
         let batch = if round == 0 { first_batch } else { RX_BATCH };
         // One clock read per batch of datagrams, not per datagram, and none for an empty
         // receive (see batch_now).
-        super::batch_clock::BATCH_NOW.with(|n| n.set(super::batch_clock::BatchClock::Unread));
+        super::receive_batch::BATCH_NOW.with(|n| n.set(super::receive_batch::BatchClock::Unread));
         match dev.link.recv_ready(batch, &mut |d| {
             if !holding {
                 super::ack_hold::begin();
@@ -230,7 +224,7 @@ fn receive_ready(
             }
         }
     }
-    super::batch_clock::BATCH_NOW.with(|n| n.set(super::batch_clock::BatchClock::Outside));
+    super::receive_batch::BATCH_NOW.with(|n| n.set(super::receive_batch::BatchClock::Outside));
     last.found_nothing = total == 0;
     // The newest ACK of each connection the batch acknowledged.
     let mut acks = if holding {

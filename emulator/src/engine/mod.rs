@@ -13,7 +13,6 @@
 
 mod ack_hold;
 pub mod async_events;
-mod batch_clock;
 pub mod clock;
 pub mod comp_channel;
 pub mod config;
@@ -21,20 +20,26 @@ pub mod context;
 pub mod cq;
 mod datapath;
 pub mod device;
+pub mod device_counters;
 pub mod device_list;
 pub mod device_timers;
 pub mod engine_thread;
 pub mod event_fd;
 pub mod event_queue;
+pub mod gsi;
 mod id_hash;
+pub mod limits;
 pub mod receive;
+mod receive_batch;
 pub mod registry;
 
 pub use config::{DeviceConfig, LinkConfig};
 pub use context::EmuContext;
+pub use device_counters::{DeviceCounters, RxDrop};
 pub use device_list::{device_list, register_device, DEVICES_ENV};
 pub use device_timers::{TimerId, TimerJob, TimersFull, MAX_DEVICE_TIMERS};
-pub use receive::{DeviceCounters, GsiHandler, RxDrop, GSI_QPN};
+pub use gsi::GsiHandler;
+pub use receive::GSI_QPN;
 pub use registry::open_device;
 
 #[cfg(test)]

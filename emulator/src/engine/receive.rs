@@ -9,19 +9,21 @@
 //!    QP1 (the GSI, for the connection manager), and a connected QP hears only its peer,
 //!
 //! and is then handed to the data QP's transport (`TransportQp::on_packet`), to the GSI
-//! handler a CM installed ([`GsiHandler`]), or dropped. Each drop reason has its own
-//! counter in [`DeviceCounters`].
+//! handler a CM installed ([`GsiHandler`]), or dropped. Each drop reason ([`RxDrop`]) has
+//! its own counter in `DeviceCounters`.
 //!
 //! [`check_datagram`] and [`check_for_qp`] are the checks without the device's tables, so
 //! that the deterministic simulator (`sim`) receives through the same steps.
 
-use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use softverbs_api::QpType;
 
 use super::device::Device;
+use super::device_counters::RxDrop;
+use super::gsi::GsiHandler;
 use crate::net::icrc_check::{icrc_ok, ipv4_identification};
 use crate::net::DatagramView;
 use crate::transport::NetHeader;
@@ -36,97 +38,6 @@ pub const DEFAULT_PKEY: u16 = 0xffff;
 
 /// TTL of the IP packets our UDP sockets send (the Linux default).
 const DEFAULT_HOP_LIMIT: u8 = 64;
-
-/// Why the pipeline dropped a datagram: each reason is a counter of [`DeviceCounters`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RxDrop {
-    /// The port is down.
-    PortDown,
-    /// The ICRC did not verify.
-    IcrcError,
-    /// It did not parse as RoCEv2 (short, unknown opcode, bad header).
-    Malformed,
-    /// BTH transport header version other than 0.
-    BadVersion,
-    /// A P_Key that does not match the port's only (default) partition.
-    BadPkey,
-    /// No QP with that number.
-    UnknownQp,
-    /// The opcode's transport is not the QP's type (an RC packet to a UD QP, say).
-    WrongTransport,
-    /// A connected QP got it from an address other than its peer's.
-    WrongSource,
-    /// For QP1, and nothing handles the GSI yet.
-    GsiUnhandled,
-}
-
-/// Device-wide counters: what the receive pipeline dropped (one counter per [`RxDrop`]),
-/// what it delivered, and what the send path could not send.
-#[derive(Debug, Default)]
-pub struct DeviceCounters {
-    /// Datagrams whose ICRC did not verify.
-    pub icrc_errors: AtomicU64,
-    /// Datagrams that did not parse as RoCEv2.
-    pub malformed: AtomicU64,
-    /// Packets with a BTH transport header version other than 0.
-    pub bad_version: AtomicU64,
-    /// Packets with a P_Key other than the default partition's.
-    pub bad_pkey: AtomicU64,
-    /// Packets for a QP number that does not exist.
-    pub unknown_qp: AtomicU64,
-    /// Packets whose opcode belongs to another transport than their QP's type.
-    pub wrong_transport: AtomicU64,
-    /// Packets for a connected QP from an address other than its peer's.
-    pub wrong_source: AtomicU64,
-    /// Packets for QP1 (GSI) while no handler is installed (see [`GsiHandler`]).
-    pub gsi_unhandled: AtomicU64,
-    /// Packets delivered to a QP.
-    pub delivered: AtomicU64,
-    /// Packets handed to the GSI handler.
-    pub gsi_delivered: AtomicU64,
-    /// Link send errors.
-    pub send_errors: AtomicU64,
-    /// Packets not sent or not received because the port was down.
-    pub port_down_drops: AtomicU64,
-    /// Packets not sent because the memory their payload was to be read from was
-    /// deregistered between building and sending them.
-    pub payload_gone_drops: AtomicU64,
-}
-
-impl DeviceCounters {
-    /// The counter of drop reason `reason`.
-    pub fn of(&self, reason: RxDrop) -> &AtomicU64 {
-        match reason {
-            RxDrop::PortDown => &self.port_down_drops,
-            RxDrop::IcrcError => &self.icrc_errors,
-            RxDrop::Malformed => &self.malformed,
-            RxDrop::BadVersion => &self.bad_version,
-            RxDrop::BadPkey => &self.bad_pkey,
-            RxDrop::UnknownQp => &self.unknown_qp,
-            RxDrop::WrongTransport => &self.wrong_transport,
-            RxDrop::WrongSource => &self.wrong_source,
-            RxDrop::GsiUnhandled => &self.gsi_unhandled,
-        }
-    }
-
-    /// Counts one drop for `reason`.
-    pub fn count(&self, reason: RxDrop) {
-        self.of(reason).fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// The handler of packets for QP1 (the GSI): where the connection manager receives its
-/// MADs. Installed with `EmuContext::set_gsi_handler`; without one, QP1 packets are counted
-/// in [`DeviceCounters::gsi_unhandled`] and dropped.
-///
-/// It is called on whichever thread receives (the engine thread, or an application thread
-/// polling a CQ), with the device's receive lock held: it must not block, and should only
-/// queue the packet for its own processing.
-pub trait GsiHandler: Send + Sync {
-    /// A packet for QP1 passed the pipeline's checks; `from` is the sender's IP address and
-    /// UDP port.
-    fn on_gsi_packet(&self, packet: &RoceRepr<'_>, from: SocketAddr);
-}
 
 /// Steps 2–4: ICRC, parse, BTH version and P_Key. The port check and the QP steps are the
 /// caller's.

@@ -12,7 +12,7 @@ use super::config::DeviceConfig;
 use super::context::EmuContext;
 use super::device::Device;
 use super::engine_thread::DeviceRuntime;
-use super::receive::GsiHandler;
+use super::gsi::GsiHandler;
 use crate::net::channel::{ChannelLink, ChannelNetwork};
 use crate::net::Link;
 use crate::transport::{OutPacket, PathInfo};

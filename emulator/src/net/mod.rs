@@ -12,6 +12,8 @@ pub mod ethernet;
 pub mod fault;
 pub mod icrc_check;
 pub mod pacer;
+pub mod packet;
+pub mod packet_pool;
 pub mod pcap;
 pub mod qemu_socket;
 mod sys;
@@ -21,7 +23,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::transport::OutPacket;
+pub use packet::{OutPacket, PathInfo};
 
 /// Largest datagram a link carries: a 4096-byte MTU packet plus every RoCE header, rounded up.
 pub const MAX_DATAGRAM_BYTES: usize = 4096 + 128;

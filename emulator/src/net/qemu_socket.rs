@@ -12,8 +12,8 @@ use parking_lot::Mutex;
 
 use super::ethernet::EthernetStation;
 use super::pacer::Pacer;
+use super::OutPacket;
 use super::{InDatagram, Link};
-use crate::transport::OutPacket;
 
 /// Largest frame read: qemu's socket netdev carries frames up to 64 KiB.
 const MAX_FRAME_BYTES: usize = 65536;

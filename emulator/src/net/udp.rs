@@ -30,8 +30,8 @@ use parking_lot::Mutex;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::batch_sys::{self, Datagram, RecvSlots, MAX_BATCH};
+use super::OutPacket;
 use super::{DatagramView, InDatagram, Link, MAX_DATAGRAM_BYTES};
-use crate::transport::OutPacket;
 use crate::wire::{write_icrc, write_icrc_with_payload, IcrcContext, IpHeaderInfo};
 
 /// Flags + fragment offset of the IPv4 packets this link sends: DF, no fragmentation.

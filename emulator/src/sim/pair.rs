@@ -9,7 +9,8 @@ use softverbs_api::{
 };
 
 use super::faults::{FaultConfig, SimRng};
-use crate::engine::receive::{check_datagram, check_for_qp, RxDrop};
+use crate::engine::device_counters::RxDrop;
+use crate::engine::receive::{check_datagram, check_for_qp};
 use crate::memory::{MrTable, RdmaBuffer};
 use crate::net::DatagramView;
 use crate::transport::{payloads_in_memory, Completion, Env, Outputs, TransportQp};

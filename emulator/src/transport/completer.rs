@@ -3,7 +3,8 @@
 
 use softverbs_api::{AccessFlags, QpState, WcStatus, WorkCompletion, WrOpcode};
 
-use super::output::{Completion, CompletionTarget, Env, Outputs};
+use super::env::Env;
+use super::outputs::{Completion, CompletionTarget, Outputs};
 use super::qp::{send_wc_opcode, TransportQp};
 use super::syndrome::{nak_status, rnr_timer_ns};
 use super::timers::expired;

@@ -1,7 +1,5 @@
 //! One QP's transport state and the calls that drive it: post, modify, packet in, timer.
 
-use std::net::IpAddr;
-
 use softverbs_api::{
     backend::PostError, AsyncElement, AsyncEvent, AsyncEventKind, Mtu, QpAttr, QpAttrMask, QpCap,
     QpState, QpType, RecvWr, SendFlags, SendWr, VerbsError, VerbsResult, WcFlags, WcOpcode,
@@ -10,28 +8,19 @@ use softverbs_api::{
 
 use super::completer::CompleterState;
 use super::counters::Counters;
-use super::output::{Completion, CompletionTarget, Env, Outputs};
+use super::env::Env;
+use super::outputs::{Completion, CompletionTarget, Outputs};
 use super::requester::RequesterState;
 use super::responder::ResponderState;
 use super::timers::QpTimers;
 use super::validate::{check_recv_wr, check_send_wr};
 use super::wqe::{RecvWqe, SendWqe, SgeList, UdTarget, WorkQueue};
 use super::{completer, requester, responder};
+pub use crate::net::packet::PathInfo;
 use crate::wire::{rc_udp_src_port, ud_udp_src_port, Psn, RoceRepr};
 
 /// UDP port of RoCEv2.
 pub const ROCE_UDP_PORT: u16 = 4791;
-
-/// Where the QP's packets go (RC/UC), fixed at RTR.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PathInfo {
-    /// The peer's IP address (from the destination GID).
-    pub dst_ip: IpAddr,
-    /// UDP destination port.
-    pub udp_dst_port: u16,
-    /// UDP source port (from both QP numbers, as rxe computes it).
-    pub udp_src_port: u16,
-}
 
 /// The transport state of one QP.
 #[derive(Debug)]

@@ -4,11 +4,13 @@
 use softverbs_api::{AccessFlags, QpState, QpType, WcStatus, WrOpcode};
 
 use super::completer;
-use super::output::{Env, OutPacket, Outputs};
+use super::env::Env;
+use super::outputs::Outputs;
 use super::qp::TransportQp;
 use super::wqe::SendWqe;
+use crate::net::OutPacket;
 use crate::wire::{
-    AtomicEthRepr, BthRepr, DethRepr, FethRepr, Opcode, Position, Psn, RethRepr, RoceRepr,
+    request_opcode, AtomicEthRepr, BthRepr, DethRepr, FethRepr, Position, Psn, RethRepr, RoceRepr,
 };
 
 /// Most PSNs in flight without an ACK (rxe's RXE_MAX_UNACKED_PSNS).
@@ -343,7 +345,7 @@ fn build_packet(
                 Some(data) => data
                     .get(offset as usize..offset as usize + len)
                     .ok_or(op_err)?,
-                None => super::output::payload_stand_in(len).ok_or(op_err)?,
+                None => crate::net::packet::payload_stand_in(len).ok_or(op_err)?,
             }
         }
     };
@@ -440,51 +442,4 @@ fn build_packet(
         }
     };
     Ok((packet.ok_or(op_err)?, psns_used, is_last, ack_req))
-}
-
-/// The BTH opcode of packet `position` of a message of `op` on a `qp_type` QP.
-pub fn request_opcode(qp_type: QpType, op: WrOpcode, position: Position) -> Option<Opcode> {
-    use Position::*;
-    use WrOpcode::*;
-    let rc = match (op, position) {
-        (Send | SendWithImm | SendWithInv, First) => Opcode::RC_SEND_FIRST,
-        (Send | SendWithImm | SendWithInv, Middle) => Opcode::RC_SEND_MIDDLE,
-        (SendWithInv, Last) => Opcode::RC_SEND_LAST_WITH_INVALIDATE,
-        (SendWithInv, Only) => Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
-        (Send, Last) => Opcode::RC_SEND_LAST,
-        (SendWithImm, Last) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
-        (Send, Only) => Opcode::RC_SEND_ONLY,
-        (SendWithImm, Only) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
-        (RdmaWrite | RdmaWriteWithImm, First) => Opcode::RC_RDMA_WRITE_FIRST,
-        (RdmaWrite | RdmaWriteWithImm, Middle) => Opcode::RC_RDMA_WRITE_MIDDLE,
-        (RdmaWrite, Last) => Opcode::RC_RDMA_WRITE_LAST,
-        (RdmaWriteWithImm, Last) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-        (RdmaWrite, Only) => Opcode::RC_RDMA_WRITE_ONLY,
-        (RdmaWriteWithImm, Only) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
-        (RdmaRead, Only) => Opcode::RC_RDMA_READ_REQUEST,
-        (AtomicCmpAndSwp, Only) => Opcode::RC_COMPARE_SWAP,
-        (AtomicFetchAndAdd, Only) => Opcode::RC_FETCH_ADD,
-        (AtomicWrite, Only) => Opcode::RC_ATOMIC_WRITE,
-        (Flush, Only) => Opcode::RC_FLUSH,
-        _ => return None,
-    };
-    match qp_type {
-        QpType::Rc => Some(rc),
-        // UC opcodes are the RC ones with transport bits 001 (0x20 + the same low bits);
-        // UC has no READ or atomics.
-        QpType::Uc
-            if !matches!(
-                op,
-                RdmaRead | AtomicCmpAndSwp | AtomicFetchAndAdd | AtomicWrite | Flush
-            ) =>
-        {
-            Some(Opcode(0x20 | rc.0))
-        }
-        QpType::Uc => None,
-        QpType::Ud => match (op, position) {
-            (Send, Only) => Some(Opcode::UD_SEND_ONLY),
-            (SendWithImm, Only) => Some(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE),
-            _ => None,
-        },
-    }
 }

@@ -9,11 +9,13 @@ use softverbs_api::{
     WcStatus, WorkCompletion,
 };
 
-use super::output::{Completion, CompletionTarget, Env, OutPacket, Outputs};
+use super::env::Env;
+use super::outputs::{Completion, CompletionTarget, Outputs};
 use super::qp::TransportQp;
 use super::recv_queue;
 use super::wqe::RecvWqe;
 use crate::memory::{MemError, RemoteAccessor};
+use crate::net::OutPacket;
 use crate::wire::{
     AethRepr, AtomicAckEthRepr, BthRepr, FethRepr, NakCode, OpKind, Opcode, OpcodeInfo, Psn,
     RoceRepr, Transport,
@@ -522,7 +524,7 @@ fn execute_read(
         };
         let part = data.and_then(|d| d.part(i * mtu..((i + 1) * mtu).min(len)));
         let part_len = part.map_or(0, |p| p.len as usize);
-        let Some(stand_in) = super::output::payload_stand_in(part_len) else {
+        let Some(stand_in) = crate::net::packet::payload_stand_in(part_len) else {
             return;
         };
         let mut repr = RoceRepr::new(

@@ -1,5 +1,6 @@
-//! The clock of a receive batch: the datagrams of one batch share one clock reading (see
-//! [`batch_now`]). Set by the engine thread's receive loop, read by the data path.
+//! What the receives from a device's link share: the clock of a receive batch (the
+//! datagrams of one batch share one clock reading, see [`batch_now`]; set by the engine
+//! thread's receive loop, read by the data path) and what the last receive found.
 
 use std::cell::Cell;
 
@@ -35,4 +36,11 @@ pub(crate) fn batch_now(clock: &Clock) -> u64 {
         }
         BatchClock::Outside => clock.now_ns(),
     })
+}
+
+/// What the last receive from a device's link found, kept under `Device::rx_lock`.
+#[derive(Default)]
+pub(crate) struct LastReceive {
+    /// It found nothing: the link is idle, and a datagram found now is likely alone.
+    pub(crate) found_nothing: bool,
 }
