@@ -436,8 +436,8 @@ impl VerbsContext for EmuContext {
         attr.cur_qp_state = attr.qp_state;
         attr.cap = qp.cap;
         // The PSNs in effect now, as rxe_qp_to_attr reports them.
-        attr.sq_psn = qp.req.next_psn.value();
-        attr.rq_psn = qp.resp.epsn.value();
+        attr.sq_psn = qp.req.next_psn().value();
+        attr.rq_psn = qp.resp.epsn().value();
         Ok((attr, entry.init))
     }
 

@@ -15,6 +15,7 @@ pub mod counters;
 pub mod env;
 pub mod outputs;
 pub mod qp;
+pub mod qp_calls;
 pub mod recv_queue;
 pub mod requester;
 pub mod responder;
