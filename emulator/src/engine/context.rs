@@ -15,9 +15,9 @@ use softverbs_api::backend::{MrKeys, PostError};
 use softverbs_api::mw::{BindMwWr, MwBind, MwType};
 use softverbs_api::qp_transition::{validate_modify, ModifyLimits};
 use softverbs_api::{
-    AccessFlags, AhAttr, AsyncElement, AsyncEvent, AsyncEventKind, DeviceAttr, Gid, GidEntry,
-    GidType, Mtu, PortAttr, PortState, QpAttr, QpAttrMask, QpCap, QpInitAttr, RecvWr, SendWr,
-    SrqAttr, SrqAttrMask, VerbsContext, VerbsError, VerbsResult, WorkCompletion,
+    AccessFlags, AhAttr, AsyncElement, AsyncEvent, AsyncEventKind, DeviceAttr, GidEntry, PortAttr,
+    QpAttr, QpAttrMask, QpCap, QpInitAttr, RecvWr, SendWr, SrqAttr, SrqAttrMask, VerbsContext,
+    VerbsError, VerbsResult, WorkCompletion,
 };
 
 use super::async_events::AsyncEventQueue;
@@ -191,69 +191,15 @@ impl VerbsContext for EmuContext {
     }
 
     fn query_device(&self) -> VerbsResult<DeviceAttr> {
-        let guid = self.dev().config.node_guid();
-        Ok(DeviceAttr {
-            fw_ver: env!("CARGO_PKG_VERSION").to_string(),
-            node_guid: guid,
-            sys_image_guid: guid,
-            max_mr_size: u64::MAX,
-            vendor_id: 0x00ff_ffff,
-            vendor_part_id: 0,
-            hw_ver: 0,
-            max_qp: MAX_QP,
-            max_qp_wr: MAX_QP_WR,
-            max_sge: MAX_SGE,
-            max_cq: MAX_CQ,
-            max_cqe: MAX_CQE,
-            max_mr: MAX_MR,
-            max_pd: MAX_PD,
-            max_qp_rd_atom: MAX_RD_ATOMIC,
-            max_qp_init_rd_atom: MAX_RD_ATOMIC,
-            max_srq: MAX_SRQ,
-            max_srq_wr: MAX_SRQ_WR,
-            max_srq_sge: MAX_SRQ_SGE,
-            max_ah: MAX_AH,
-            max_inline_data: MAX_INLINE_DATA,
-            phys_port_cnt: 1,
-        })
+        Ok(self.dev().device_attr())
     }
 
     fn query_port(&self, port_num: u8) -> VerbsResult<PortAttr> {
-        if port_num != 1 {
-            return Err(VerbsError::inval(format!("no port {port_num} (ports: 1)")));
-        }
-        Ok(PortAttr {
-            state: if self.dev().port_active() {
-                PortState::Active
-            } else {
-                PortState::Down
-            },
-            max_mtu: Mtu::Mtu4096,
-            active_mtu: self.dev().active_mtu(),
-            gid_tbl_len: 2,
-            pkey_tbl_len: 1,
-            max_msg_sz: 1 << 31,
-            link_layer_ethernet: true,
-        })
+        self.dev().port_attr(port_num)
     }
 
     fn query_gid(&self, port_num: u8, index: u32) -> VerbsResult<GidEntry> {
-        self.query_port(port_num)?;
-        let gid = match index {
-            0 => Gid::link_local_from_mac(self.dev().config.mac()),
-            1 => Gid::from_ip(self.dev().config.ip),
-            _ => {
-                return Err(VerbsError::inval(format!(
-                    "GID index {index} beyond the table (2)"
-                )))
-            }
-        };
-        Ok(GidEntry {
-            gid,
-            gid_index: index,
-            port_num,
-            gid_type: GidType::RoceV2,
-        })
+        self.dev().gid_entry(port_num, index)
     }
 
     fn alloc_pd(&self) -> VerbsResult<u32> {
@@ -361,21 +307,7 @@ impl VerbsContext for EmuContext {
         if c.max_send_wr == 0 && c.max_recv_wr == 0 && srq.is_none() {
             return Err(VerbsError::inval("a QP needs a send or a receive queue"));
         }
-        if c.max_send_wr > MAX_QP_WR || c.max_recv_wr > MAX_QP_WR {
-            return Err(VerbsError::inval(format!(
-                "queue depth above max_qp_wr {MAX_QP_WR}"
-            )));
-        }
-        if c.max_send_sge > MAX_SGE || c.max_recv_sge > MAX_SGE {
-            return Err(VerbsError::inval(format!(
-                "SGE count above max_sge {MAX_SGE}"
-            )));
-        }
-        if c.max_inline_data > MAX_INLINE_DATA {
-            return Err(VerbsError::inval(format!(
-                "max_inline_data above {MAX_INLINE_DATA}"
-            )));
-        }
+        check_qp_cap(&c)?;
         let send_cq = dev.cq(init.send_cq)?;
         let recv_cq = dev.cq(init.recv_cq)?;
         let mut qps = dev.qps.write();
@@ -474,24 +406,7 @@ impl VerbsContext for EmuContext {
     fn create_srq(&self, pd: u32, attr: &SrqAttr) -> VerbsResult<(u32, SrqAttr)> {
         let dev = self.dev();
         dev.check_pd(pd)?;
-        if attr.max_wr == 0 || attr.max_wr > MAX_SRQ_WR {
-            return Err(VerbsError::inval(format!(
-                "SRQ max_wr {} not in 1..={MAX_SRQ_WR}",
-                attr.max_wr
-            )));
-        }
-        if attr.max_sge > MAX_SRQ_SGE {
-            return Err(VerbsError::inval(format!(
-                "SRQ max_sge {} above {MAX_SRQ_SGE}",
-                attr.max_sge
-            )));
-        }
-        if attr.srq_limit > attr.max_wr {
-            return Err(VerbsError::inval(format!(
-                "SRQ limit {} above max_wr {}",
-                attr.srq_limit, attr.max_wr
-            )));
-        }
+        check_srq_attr(attr)?;
         let mut srqs = dev.srqs.write();
         if srqs.len() >= MAX_SRQ as usize {
             return Err(VerbsError::nomem("SRQ table full"));

@@ -44,7 +44,7 @@ pub struct DeviceCounters {
     pub wrong_transport: AtomicU64,
     /// Packets for a connected QP from an address other than its peer's.
     pub wrong_source: AtomicU64,
-    /// Packets for QP1 (GSI) while no handler is installed (see [`GsiHandler`]).
+    /// Packets for QP1 (GSI) while no handler is installed (see `GsiHandler`).
     pub gsi_unhandled: AtomicU64,
     /// Packets delivered to a QP.
     pub delivered: AtomicU64,

@@ -1,7 +1,7 @@
 //! The engine thread of a device: receives datagrams (handing each to the receive
 //! pipeline, `receive`), fires per-QP transport deadlines and device-level timers, and
 //! shares the link with polling applications. It is what makes the responder progress
-//! while the application sleeps. [`DeviceRuntime`] owns the thread.
+//! while the application sleeps. `DeviceRuntime` owns the thread.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

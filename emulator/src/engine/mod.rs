@@ -5,7 +5,7 @@
 //! Files, bottom up: `device` (the tables and state of one device, its limits),
 //! `receive` (the receive pipeline: ICRC, parse, header checks, dispatch), `datapath` (a
 //! transport call on a QP and the delivery of what it produced, with the ACK hold),
-//! `engine_thread` (the thread that receives and fires timers, and [`engine_thread::DeviceRuntime`]
+//! `engine_thread` (the thread that receives and fires timers, and `engine_thread::DeviceRuntime`
 //! which owns it), `context` (the [`softverbs_api::VerbsContext`] impl over them);
 //! `device_list` and `registry` find and open devices. `device_timers` are the timers of
 //! the device (not of a QP); `event_queue` the one fd-backed event queue under completion
@@ -20,6 +20,7 @@ pub mod context;
 pub mod cq;
 mod datapath;
 pub mod device;
+mod device_attr;
 pub mod device_counters;
 pub mod device_list;
 pub mod device_timers;

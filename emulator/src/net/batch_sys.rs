@@ -1,6 +1,6 @@
 //! Batched datagram syscalls socket2 does not offer: sendmmsg(2), recvmmsg(2), and the UDP
-//! GSO / GRO socket options. FFI, like [`super::sys`]: one of the places the emulator may
-//! use `unsafe`; everything it exports is safe.
+//! GSO / GRO socket options. FFI, like `super::sys`: one of the modules the crate docs
+//! allow `unsafe` (see "Unsafe" there); everything it exports is safe.
 //!
 //! Why: one syscall per datagram is most of what a soft-RoCE data path costs. Batching
 //! amortises the syscall entry over up to [`MAX_BATCH`] datagrams; GSO lets the kernel cut

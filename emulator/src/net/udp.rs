@@ -1,7 +1,7 @@
 //! RoCEv2 over a real UDP socket (socket2), bound to the device's IP address and port 4791.
 //!
 //! Sending: the socket is unconnected and does real path-MTU discovery (`IP_PMTUDISC_DO`,
-//! see [`super::sys`]), so every IPv4 datagram goes out with DF set and IP identification 0;
+//! see `super::sys`), so every IPv4 datagram goes out with DF set and IP identification 0;
 //! the ICRC is computed for exactly that header, which is what a kernel rxe receiver checks
 //! (verified with tcpdump + tshark). The UDP source port is the socket's own (4791), not the
 //! per-QP port rxe picks: one socket cannot vary it, receivers do not care, and the ICRC is
