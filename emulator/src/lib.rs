@@ -44,7 +44,7 @@
 //!
 //! - `memory::region` and `memory::buffer`: the copies to and from registered memory (raw
 //!   application addresses, checked against the MR table first) and page-aligned buffers;
-//! - `net::sys` and `net::batch_sys`: socket options and `recvmmsg` / `sendmmsg` with GSO /
+//! - `net::socket_options` and `net::batched_io`: socket options and `recvmmsg` / `sendmmsg` with GSO /
 //!   GRO control messages that `socket2` does not offer;
 //! - `engine::event_fd`: the eventfd(2) behind every fd-backed event queue.
 //!

@@ -6,7 +6,9 @@
 //! written: the ICRC covers those headers (see `wire::icrc`).
 
 pub mod arp;
-pub mod batch_sys;
+pub mod batched_io;
+/// The old name of [`batched_io`], kept while tools use it.
+pub use batched_io as batch_sys;
 pub mod channel;
 pub mod ethernet;
 pub mod fault;
@@ -16,7 +18,7 @@ pub mod packet;
 pub mod packet_pool;
 pub mod pcap;
 pub mod qemu_socket;
-mod sys;
+mod socket_options;
 pub mod udp;
 
 use std::io;

@@ -56,7 +56,7 @@ impl QemuSocketLink {
         };
         let socket = UdpSocket::bind(frames_local)?;
         // Best effort: without privilege the kernel caps it at net.core.rmem_max.
-        let _ = super::sys::set_recv_buffer_force(&socket, RECV_BUFFER_BYTES);
+        let _ = super::socket_options::set_recv_buffer_force(&socket, RECV_BUFFER_BYTES);
         let rate = std::env::var("SOFTVERBS_QEMU_PACE_KBPS")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())

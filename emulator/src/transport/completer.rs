@@ -61,6 +61,11 @@ impl CompleterState {
         self.phase
     }
 
+    /// A go-back-N retry is under way (see [`CompleterPhase::Retrying`]).
+    pub fn retrying(&self) -> bool {
+        self.phase == CompleterPhase::Retrying
+    }
+
     /// A new transport retry budget (modify with RETRY_CNT).
     pub fn set_retries(&mut self, retry_cnt: u8) {
         self.retries_left = retry_cnt;

@@ -20,7 +20,6 @@ pub mod recv_queue;
 pub mod requester;
 pub mod responder;
 pub mod srq;
-pub mod syndrome;
 pub mod timers;
 pub mod ud;
 pub mod validate;

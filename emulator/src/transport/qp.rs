@@ -279,7 +279,7 @@ impl TransportQp {
     /// When the local ACK timer, started at `now_ns`, expires; `None` for a timeout of 0
     /// (no timer).
     pub(crate) fn ack_deadline_ns(&self, now_ns: u64) -> Option<u64> {
-        super::syndrome::ack_timeout_ns(self.attr.timeout).map(|t| now_ns + t)
+        super::timers::ack_timeout_ns(self.attr.timeout).map(|t| now_ns + t)
     }
 }
 

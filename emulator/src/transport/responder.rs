@@ -48,6 +48,20 @@ pub struct AtomicReplay {
     orig: u64,
 }
 
+/// Where the responder stands with the request stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ResponderPhase {
+    /// Requests are taken at the expected PSN.
+    #[default]
+    InSequence,
+    /// RC: a PSN sequence error NAK was sent for `epsn` and not yet answered by a
+    /// retransmission; rxe sends one per gap, not one per out-of-order packet.
+    AwaitingRetransmission,
+    /// UC: the current message lost a packet; everything up to the next FIRST / ONLY is
+    /// dropped.
+    DroppingMessage,
+}
+
 /// What the responder tracks.
 #[derive(Debug, Clone, Default)]
 pub struct ResponderState {
@@ -59,14 +73,12 @@ pub struct ResponderState {
     current: Option<RecvInProgress>,
     /// The RDMA WRITE being received.
     write: Option<WriteInProgress>,
-    /// A PSN sequence error NAK was sent for `epsn` and not yet answered by a retransmission;
-    /// rxe sends one per gap, not one per out-of-order packet.
-    nak_sent: bool,
+    /// Taking requests in sequence, or (RC) waiting for the retransmission a PSN sequence
+    /// NAK asked for, or (UC) dropping the rest of a message that lost a packet.
+    phase: ResponderPhase,
     /// Answers of the latest atomics, oldest first, at most `max_dest_rd_atomic` of them (the
     /// requester never has more outstanding, so a retransmitted atomic is always here).
     atomic_replay: VecDeque<AtomicReplay>,
-    /// UC: the current message lost a packet; drop everything up to the next FIRST / ONLY.
-    drop_msg: bool,
     /// RC: the newest request accepted without an ACK request and not acknowledged since,
     /// with the MSN after it. Its ACK leaves with [`send_lazy_ack`], when the driver has
     /// nothing more pressing (see `requester::asks_for_ack`).

@@ -7,8 +7,7 @@ use crate::transport::completer::CompleterPhase;
 use crate::transport::env::Env;
 use crate::transport::outputs::Outputs;
 use crate::transport::qp::TransportQp;
-use crate::transport::syndrome::{nak_status, rnr_timer_ns};
-use crate::transport::timers::expired;
+use crate::transport::timers::{expired, rnr_timer_ns};
 use crate::wire::{AethKind, NakCode, OpKind, Psn, RoceRepr};
 
 /// A retry count of 7 never runs out (as in rxe, for both `retry_cnt` and `rnr_retry`).
@@ -60,7 +59,7 @@ pub fn on_response(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out:
             qp.counters.seq_err_naks_received += 1;
             // The responder NAKs once per gap; a NAK that arrives while a retry for that gap
             // (or an RNR wait) is already under way is a consequence of it, not a new loss.
-            if (qp.comp.phase == CompleterPhase::Retrying) || qp.timers.rnr_retry_at_ns.is_some() {
+            if qp.comp.retrying() || qp.timers.rnr_retry_at_ns.is_some() {
                 return;
             }
             retry_from(qp, resume, out);
@@ -93,10 +92,7 @@ fn on_read_response(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out
     if wqe.opcode != WrOpcode::RdmaRead || into < 0 || into as u32 >= wqe.psn_count {
         qp.counters.dropped_packets += 1;
         // An earlier READ / atomic was skipped over: its response was lost.
-        if let (Some(first), false) = (
-            earlier_unanswered,
-            (qp.comp.phase == CompleterPhase::Retrying),
-        ) {
+        if let (Some(first), false) = (earlier_unanswered, qp.comp.retrying()) {
             retry_from(qp, first, out);
         }
         return;
@@ -110,7 +106,7 @@ fn on_read_response(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out
     if into > wqe.resp_packets {
         // A response went missing: ask for the whole READ again.
         let first = wqe.first_psn;
-        if !(qp.comp.phase == CompleterPhase::Retrying) {
+        if !qp.comp.retrying() {
             retry_from(qp, first, out);
         } else {
             responses_still_coming(qp, env);
@@ -160,10 +156,7 @@ fn on_atomic_ack(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: &
     );
     if !is_atomic || wqe.first_psn != psn || wqe.packet_count == 0 {
         qp.counters.dropped_packets += 1;
-        if let (Some(first), false) = (
-            earlier_unanswered,
-            (qp.comp.phase == CompleterPhase::Retrying),
-        ) {
+        if let (Some(first), false) = (earlier_unanswered, qp.comp.retrying()) {
             retry_from(qp, first, out);
         }
         return;
@@ -296,4 +289,15 @@ fn note_progress(qp: &mut TransportQp, progressed: bool, env: &Env<'_>) {
     } else {
         qp.timers.retransmit_at_ns
     };
+}
+
+/// The completion status a requester reports for a NAK of kind `code`.
+fn nak_status(code: NakCode) -> WcStatus {
+    match code {
+        NakCode::PsnSequenceError => WcStatus::RetryExcErr,
+        NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+        NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+        NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+        NakCode::InvalidRdRequest => WcStatus::RemInvRdReqErr,
+    }
 }

@@ -13,7 +13,7 @@ use crate::transport::env::Env;
 use crate::transport::outputs::{Completion, CompletionTarget, Outputs};
 use crate::transport::qp::TransportQp;
 use crate::transport::recv_queue;
-use crate::transport::responder::{AtomicReplay, RecvInProgress, WriteInProgress};
+use crate::transport::responder::{AtomicReplay, RecvInProgress, ResponderPhase, WriteInProgress};
 use crate::transport::wqe::RecvWqe;
 use crate::wire::{
     AethRepr, BthRepr, FethRepr, NakCode, OpKind, Opcode, OpcodeInfo, Psn, RoceRepr, Transport,
@@ -73,8 +73,8 @@ fn rc_in_sequence(
     if distance > 0 {
         // A gap: ask once for a go-back-N from the PSN we expect.
         qp.counters.dropped_packets += 1;
-        if !qp.resp.nak_sent {
-            qp.resp.nak_sent = true;
+        if qp.resp.phase != ResponderPhase::AwaitingRetransmission {
+            qp.resp.phase = ResponderPhase::AwaitingRetransmission;
             qp.counters.seq_err_naks_sent += 1;
             let epsn = qp.resp.epsn;
             let nak = AethRepr::nak(NakCode::PsnSequenceError, qp.resp.msn);
@@ -87,7 +87,7 @@ fn rc_in_sequence(
         answer_duplicate(qp, pkt, info, env, out);
         return false;
     }
-    qp.resp.nak_sent = false;
+    qp.resp.phase = ResponderPhase::InSequence;
     if starts_message(info) && qp.resp.in_message() {
         nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
         return false;
@@ -105,13 +105,13 @@ fn uc_in_sequence(
     env: &Env<'_>,
 ) -> bool {
     let starts = starts_message(info);
-    if qp.resp.drop_msg || pkt.bth.psn != qp.resp.epsn {
+    if qp.resp.phase == ResponderPhase::DroppingMessage || pkt.bth.psn != qp.resp.epsn {
         abandon_message(qp, env);
         if !starts {
             drop_rest_of_message(qp);
             return false;
         }
-        qp.resp.drop_msg = false;
+        qp.resp.phase = ResponderPhase::InSequence;
     }
     if starts && qp.resp.in_message() {
         // The previous message never got its LAST: it is dropped, this one starts.
@@ -142,7 +142,7 @@ fn starts_message(info: &OpcodeInfo) -> bool {
 /// UC: this packet is dropped and so is the rest of its message, up to the next FIRST or
 /// ONLY.
 fn drop_rest_of_message(qp: &mut TransportQp) {
-    qp.resp.drop_msg = true;
+    qp.resp.phase = ResponderPhase::DroppingMessage;
     qp.resp.write = None;
     qp.counters.dropped_packets += 1;
 }
