@@ -20,15 +20,16 @@
 //! `engine::receive` (port, ICRC, parse, BTH version, P_Key, QP lookup, transport vs QP
 //! type, source: **where a packet is checked**; QP1 goes to `engine::gsi`) →
 //! `engine::datapath::on_qp` → `transport::qp_calls::on_packet` →
-//! `transport::responder` (requests: **where a packet is executed**, against `memory`) or
-//! `transport::completer` (responses: **where a send completion is made**; receive
-//! completions are made by the responder) → `engine::datapath::deliver` (packets to
-//! the link, completions to `engine::cq`, events to `engine::async_events`).
+//! `transport::responder::requests` (a request: **where a packet is executed**, against
+//! `memory`; its ACK / NAK / response and receive completion are made in
+//! `transport::responder::answers`) or `transport::completer::responses` (an ACK or
+//! response: **where a send completion is made**) → `engine::datapath::deliver` (packets
+//! to the link, completions to `engine::cq`, events to `engine::async_events`).
 //!
 //! Send path, one line of modules in order:
 //! `engine::context::post_send` → `engine::datapath::on_qp` →
 //! `transport::qp_calls::post_send` (checks: `transport::validate` over `wire::wr_table`)
-//! → `transport::requester` (segments into packets, `wire::roce` emits them into
+//! → `transport::requester::segment` (segments into packets, `wire::roce` emits them into
 //! `net::packet` buffers) → `engine::datapath::send_packets` (with `engine::ack_hold`)
 //! → `net::Link::send_batch` (writes the ICRC, sends).
 //!

@@ -2,14 +2,16 @@
 //! PD / CQ / QP tables, feeds the transport with posted WRs, received packets and timer ticks,
 //! and delivers what the transport produces (packets to the link, completions to CQs).
 //!
-//! Files, bottom up: `device` (the tables and state of one device, its limits),
-//! `receive` (the receive pipeline: ICRC, parse, header checks, dispatch), `datapath` (a
-//! transport call on a QP and the delivery of what it produced, with the ACK hold),
-//! `engine_thread` (the thread that receives and fires timers, and `engine_thread::DeviceRuntime`
-//! which owns it), `context` (the [`softverbs_api::VerbsContext`] impl over them);
-//! `device_list` and `registry` find and open devices. `device_timers` are the timers of
-//! the device (not of a QP); `event_queue` the one fd-backed event queue under completion
-//! channels and async events.
+//! Files, bottom up: `limits`; `device` (the tables and state of one device) with
+//! `device_attr` (what it reports), `device_counters` (one counter per drop reason),
+//! `device_timers` (timers of the device, not of a QP) and `gsi` (the QP1 handler slot);
+//! `receive` (the receive pipeline: ICRC, parse, header checks, dispatch); `datapath` (a
+//! transport call on a QP and the delivery of what it produced, with the ACK hold of
+//! `ack_hold`); `engine_thread` (the thread that receives and fires timers, and the
+//! `DeviceRuntime` that owns it); `context` (the [`softverbs_api::VerbsContext`] impl over
+//! them). `device_list` and `registry` find and open devices; `event_queue` is the one
+//! fd-backed event queue under completion channels (`comp_channel`) and async events
+//! (`async_events`).
 
 mod ack_hold;
 pub mod async_events;
