@@ -647,9 +647,9 @@ fn a_duplicated_sequence_nak_costs_one_retry_and_one_rewind() {
         .map(|pk| RoceRepr::parse(&pk.bytes).unwrap().0.bth.psn.value())
         .collect();
     assert_eq!(resent, [102, 103, 104], "one go-back-N from the NAKed PSN");
-    assert_eq!(p.a.qp.comp.retries_left, 2, "one retry spent");
+    assert_eq!(p.a.qp.comp.retries_left(), 2, "one retry spent");
     assert_eq!(
-        p.a.qp.comp.una.value(),
+        p.a.qp.comp.una().value(),
         102,
         "the NAK acknowledged 100 and 101"
     );

@@ -167,9 +167,7 @@ impl DeferredAcks {
         for ack in batch {
             let k = key(&ack);
             match acks.iter_mut().find(|a| key(a) == k) {
-                Some(older) => {
-                    crate::transport::packet_pool::give(std::mem::replace(older, ack).bytes)
-                }
+                Some(older) => crate::net::packet_pool::give(std::mem::replace(older, ack).bytes),
                 None => acks.push(ack),
             }
         }

@@ -1,6 +1,17 @@
 //! The device runtime: the only part of the emulator with threads and a clock. It owns the
 //! PD / CQ / QP tables, feeds the transport with posted WRs, received packets and timer ticks,
 //! and delivers what the transport produces (packets to the link, completions to CQs).
+//!
+//! Files, bottom up: `limits`; `device` (the tables and state of one device) with
+//! `device_attr` (what it reports), `device_counters` (one counter per drop reason),
+//! `device_timers` (timers of the device, not of a QP) and `gsi` (the QP1 handler slot);
+//! `receive` (the receive pipeline: ICRC, parse, header checks, dispatch); `datapath` (a
+//! transport call on a QP and the delivery of what it produced, with the ACK hold of
+//! `ack_hold`); `engine_thread` (the thread that receives and fires timers, and the
+//! `DeviceRuntime` that owns it); `context` (the [`softverbs_api::VerbsContext`] impl over
+//! them). `device_list` and `registry` find and open devices; `event_queue` is the one
+//! fd-backed event queue under completion channels (`comp_channel`) and async events
+//! (`async_events`).
 
 mod ack_hold;
 pub mod async_events;
@@ -9,12 +20,30 @@ pub mod comp_channel;
 pub mod config;
 pub mod context;
 pub mod cq;
+mod datapath;
+pub mod device;
+mod device_attr;
+pub mod device_counters;
+pub mod device_list;
+pub mod device_timers;
+pub mod engine_thread;
 pub mod event_fd;
+pub mod event_queue;
+pub mod gsi;
 mod id_hash;
+pub mod limits;
+pub mod receive;
+mod receive_batch;
 pub mod registry;
-mod wait;
-pub mod worker;
 
 pub use config::{DeviceConfig, LinkConfig};
 pub use context::EmuContext;
-pub use registry::{device_list, open_device, register_device, DEVICES_ENV};
+pub use device_counters::{DeviceCounters, RxDrop};
+pub use device_list::{device_list, register_device, DEVICES_ENV};
+pub use device_timers::{TimerId, TimerJob, TimersFull, MAX_DEVICE_TIMERS};
+pub use gsi::GsiHandler;
+pub use receive::GSI_QPN;
+pub use registry::open_device;
+
+#[cfg(test)]
+mod tests;

@@ -1,9 +1,7 @@
-//! Device discovery: the devices of `SOFTVERBS_DEVICES` (or the embedded default of two
-//! loopback devices, with the faults of `SOFTVERBS_FAULTS` if set) plus those registered
-//! through the API; opening one starts its engine.
+//! Opening devices (of `device_list`): the first open of a device binds its link and
+//! starts its engine thread; later opens share them until the last context closes.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -11,28 +9,21 @@ use parking_lot::Mutex;
 use softverbs_api::{VerbsError, VerbsResult};
 
 use super::config::{DeviceConfig, LinkConfig};
-use super::context::{Device, DeviceRuntime, EmuContext};
+use super::context::EmuContext;
+use super::device::Device;
+use super::device_list::device_list;
+use super::engine_thread::DeviceRuntime;
 use crate::net::channel::ChannelLink;
 use crate::net::fault::{FaultCounters, FaultyLink};
 use crate::net::qemu_socket::QemuSocketLink;
 use crate::net::udp::UdpLink;
 use crate::net::Link;
-use crate::transport::qp::ROCE_UDP_PORT;
-
-/// The environment variable listing emulated devices (see [`DeviceConfig::parse_list`]).
-pub const DEVICES_ENV: &str = "SOFTVERBS_DEVICES";
-
-/// The environment variable giving fault injection to every device of [`DEVICES_ENV`] (or of
-/// the default list), e.g. `loss=100,burst=50,burst_max=4,dup=50,reorder=50,corrupt=10,seed=7`
-/// (see [`crate::net::fault::FaultSetting::parse`]).
-pub const FAULTS_ENV: &str = "SOFTVERBS_FAULTS";
 
 /// How long an open waits for a closing instance of the same device to release its address.
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
 struct Registry {
-    registered: Vec<DeviceConfig>,
     /// Open devices: the runtime (alive while contexts exist) and the device itself (alive
     /// until its engine thread has exited and its socket is closed).
     open: HashMap<String, (Weak<DeviceRuntime>, Weak<Device>)>,
@@ -41,75 +32,6 @@ struct Registry {
 }
 
 static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
-
-/// The embedded default when `SOFTVERBS_DEVICES` is unset: two devices on loopback.
-fn default_devices() -> Vec<DeviceConfig> {
-    vec![
-        DeviceConfig::new("softrxe0", IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1))),
-        DeviceConfig::new("softrxe1", IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))),
-    ]
-}
-
-fn env_devices() -> VerbsResult<Vec<DeviceConfig>> {
-    match std::env::var(DEVICES_ENV) {
-        Ok(spec) => DeviceConfig::parse_list(&spec),
-        Err(std::env::VarError::NotPresent) => Ok(default_devices()),
-        Err(std::env::VarError::NotUnicode(_)) => Err(VerbsError::inval(format!(
-            "{DEVICES_ENV} is not valid UTF-8"
-        ))),
-    }
-}
-
-/// Adds a device to the list. Its name must be new.
-pub fn register_device(config: DeviceConfig) -> VerbsResult<()> {
-    let mut guard = REGISTRY.lock();
-    let reg = guard.get_or_insert_with(Registry::default);
-    let taken = reg.registered.iter().any(|d| d.name == config.name)
-        || env_devices()?.iter().any(|d| d.name == config.name);
-    if taken {
-        return Err(VerbsError::inval(format!(
-            "a device named {:?} already exists",
-            config.name
-        )));
-    }
-    reg.registered.push(config);
-    Ok(())
-}
-
-/// Every known device: those of the environment (or the default), then registered ones.
-/// EINVAL if `SOFTVERBS_DEVICES` or `SOFTVERBS_FAULTS` is malformed.
-pub fn device_list() -> VerbsResult<Vec<DeviceConfig>> {
-    let mut list = env_devices()?;
-    // Applied here, not in env_devices: registering a device only needs the names.
-    match std::env::var(FAULTS_ENV) {
-        Ok(spec) => DeviceConfig::apply_fault_spec(&mut list, &spec, FAULTS_ENV)?,
-        Err(std::env::VarError::NotPresent) => {}
-        Err(std::env::VarError::NotUnicode(_)) => {
-            return Err(VerbsError::inval(format!(
-                "{FAULTS_ENV} is not valid UTF-8"
-            )))
-        }
-    }
-    if let Some(reg) = REGISTRY.lock().as_ref() {
-        list.extend(reg.registered.iter().cloned());
-    }
-    Ok(list)
-}
-
-/// The UDP port of the process's UDP device at `ip` (of [`device_list`]) when it is not
-/// 4791: where a peer that names no port must be sent to. perftest's connection keys, and
-/// so `softverbs perf` between two processes, carry no port; two devices on other ports
-/// (beside a kernel rxe, which holds 4791 on every address) would otherwise send each
-/// other's packets to rxe, and retry forever.
-pub(crate) fn udp_port_of(ip: IpAddr) -> Option<u16> {
-    let ip = ip.to_canonical();
-    device_list()
-        .ok()?
-        .into_iter()
-        .find(|d| matches!(d.link, LinkConfig::Udp) && d.ip.to_canonical() == ip)
-        .map(|d| d.udp_port)
-        .filter(|&port| port != ROCE_UDP_PORT)
-}
 
 /// Opens device `name`: the first open binds its link and starts its engine thread; later
 /// opens share them.
@@ -218,8 +140,10 @@ pub fn fault_counters(name: &str) -> Option<Arc<FaultCounters>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::device_list::{register_device, DEVICES_ENV, FAULTS_ENV};
     use crate::net::channel::ChannelNetwork;
     use crate::net::fault::{FaultConfig, FaultSetting};
+    use std::net::{IpAddr, Ipv4Addr};
 
     // The only test of this crate that touches the environment or the device list, so
     // setting the variable cannot disturb another test.

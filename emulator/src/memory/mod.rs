@@ -1,5 +1,6 @@
 //! Memory regions and windows: the MR table, the window table, key generation, bounds and
-//! access checks, and the only `unsafe` code of the emulator (the raw copies in `region.rs`).
+//! access checks, and the raw copies to and from registered memory (`region.rs`, `buffer.rs`:
+//! two of the modules the crate docs allow `unsafe`, see "Unsafe" there).
 //!
 //! Every address that reaches memory, from a local SGE or from a peer's packet, goes through
 //! [`MrTable`], which checks key, protection domain, access flags and bounds before any copy;

@@ -11,8 +11,8 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
 use parking_lot::Mutex;
 
+use super::OutPacket;
 use super::{DatagramView, InDatagram, Link};
-use crate::transport::OutPacket;
 use crate::wire::{write_icrc, IcrcContext, IpHeaderInfo};
 
 /// Most datagrams queued towards one endpoint; beyond that the network drops, like a full
@@ -152,7 +152,7 @@ impl Link for ChannelLink {
             match self.rx.try_recv() {
                 Ok(d) => {
                     sink(d.view());
-                    crate::transport::packet_pool::give(d.payload);
+                    super::packet_pool::give(d.payload);
                 }
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }

@@ -17,7 +17,7 @@ use etherparse::{EtherType, Ethernet2Header, Ethernet2HeaderSlice};
 
 use super::arp::{ArpOp, ArpRepr};
 use super::InDatagram;
-use crate::transport::OutPacket;
+use super::OutPacket;
 use crate::wire::{emit_ethernet_frame, parse_frame, IcrcContext, IpHeaderInfo, LinkType};
 use crate::wire::{write_icrc, IPV4_FLAG_DF};
 

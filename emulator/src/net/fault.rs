@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::OutPacket;
 use super::{InDatagram, Link};
-use crate::transport::OutPacket;
 
 /// A small, fast, seedable PRNG (xorshift64*), so fault injection needs no dependency and a
 /// seed means the same thing on every platform.

@@ -6,22 +6,26 @@
 //! written: the ICRC covers those headers (see `wire::icrc`).
 
 pub mod arp;
-pub mod batch_sys;
+pub mod batched_io;
+/// The old name of [`batched_io`], kept while tools use it.
+pub use batched_io as batch_sys;
 pub mod channel;
 pub mod ethernet;
 pub mod fault;
 pub mod icrc_check;
 pub mod pacer;
+pub mod packet;
+pub mod packet_pool;
 pub mod pcap;
 pub mod qemu_socket;
-mod sys;
+mod socket_options;
 pub mod udp;
 
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::transport::OutPacket;
+pub use packet::{OutPacket, PathInfo};
 
 /// Largest datagram a link carries: a 4096-byte MTU packet plus every RoCE header, rounded up.
 pub const MAX_DATAGRAM_BYTES: usize = 4096 + 128;

@@ -12,8 +12,8 @@ use parking_lot::Mutex;
 
 use super::ethernet::EthernetStation;
 use super::pacer::Pacer;
+use super::OutPacket;
 use super::{InDatagram, Link};
-use crate::transport::OutPacket;
 
 /// Largest frame read: qemu's socket netdev carries frames up to 64 KiB.
 const MAX_FRAME_BYTES: usize = 65536;
@@ -56,7 +56,7 @@ impl QemuSocketLink {
         };
         let socket = UdpSocket::bind(frames_local)?;
         // Best effort: without privilege the kernel caps it at net.core.rmem_max.
-        let _ = super::sys::set_recv_buffer_force(&socket, RECV_BUFFER_BYTES);
+        let _ = super::socket_options::set_recv_buffer_force(&socket, RECV_BUFFER_BYTES);
         let rate = std::env::var("SOFTVERBS_QEMU_PACE_KBPS")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())

@@ -1,7 +1,7 @@
 //! RoCEv2 over a real UDP socket (socket2), bound to the device's IP address and port 4791.
 //!
 //! Sending: the socket is unconnected and does real path-MTU discovery (`IP_PMTUDISC_DO`,
-//! see [`super::sys`]), so every IPv4 datagram goes out with DF set and IP identification 0;
+//! see `super::socket_options`), so every IPv4 datagram goes out with DF set and IP identification 0;
 //! the ICRC is computed for exactly that header, which is what a kernel rxe receiver checks
 //! (verified with tcpdump + tshark). The UDP source port is the socket's own (4791), not the
 //! per-QP port rxe picks: one socket cannot vary it, receivers do not care, and the ICRC is
@@ -29,9 +29,9 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use super::batch_sys::{self, Datagram, RecvSlots, MAX_BATCH};
+use super::batched_io::{self, Datagram, RecvSlots, MAX_BATCH};
+use super::OutPacket;
 use super::{DatagramView, InDatagram, Link, MAX_DATAGRAM_BYTES};
-use crate::transport::OutPacket;
 use crate::wire::{write_icrc, write_icrc_with_payload, IcrcContext, IpHeaderInfo};
 
 /// Flags + fragment offset of the IPv4 packets this link sends: DF, no fragmentation.
@@ -72,10 +72,10 @@ impl UdpLink {
         if ip.is_ipv6() {
             socket.set_only_v6(true)?;
         } else {
-            super::sys::set_pmtudisc_do(&socket)?;
+            super::socket_options::set_pmtudisc_do(&socket)?;
         }
         // Best effort: an unprivileged process is capped at net.core.{r,w}mem_max.
-        if super::sys::set_recv_buffer_force(&socket, SOCKET_BUFFER_BYTES).is_err() {
+        if super::socket_options::set_recv_buffer_force(&socket, SOCKET_BUFFER_BYTES).is_err() {
             let _ = socket.set_recv_buffer_size(SOCKET_BUFFER_BYTES);
         }
         let _ = socket.set_send_buffer_size(SOCKET_BUFFER_BYTES);
@@ -88,7 +88,7 @@ impl UdpLink {
         // SOFTVERBS_UDP_GSO=0 turns GSO and GRO off (to compare, or for a peer that
         // needs plain datagrams).
         let wanted = std::env::var(GSO_ENV).map_or(true, |v| v != "0");
-        let gro = wanted && batch_sys::set_udp_gro(&socket, true).is_ok();
+        let gro = wanted && batched_io::set_udp_gro(&socket, true).is_ok();
         let slots = if gro {
             RecvSlots::new(GRO_SLOTS, GRO_SLOT_BYTES)
         } else {
@@ -145,7 +145,7 @@ impl UdpLink {
                 1
             }
         };
-        batch_sys::group_calls(list, run_of, |start, runs| {
+        batched_io::group_calls(list, run_of, |start, runs| {
             if let (Err(e), true) = (self.flush(&list[start..], runs), first.is_ok()) {
                 first = Err(e);
             }
@@ -153,7 +153,7 @@ impl UdpLink {
         first
     }
 
-    /// Sends `list` with sendmmsg, `runs` as in [`batch_sys::send_runs`]; datagrams the
+    /// Sends `list` with sendmmsg, `runs` as in [`batched_io::send_runs`]; datagrams the
     /// kernel refuses for lack of buffer space are lost (the transport retransmits), other
     /// errors are returned after the rest went out. A GSO run the kernel refuses turns GSO
     /// off (said once) and leaves as plain datagrams.
@@ -161,7 +161,8 @@ impl UdpLink {
         let mut first = Ok(());
         let (mut entry, mut datagram) = (0, 0);
         while entry < runs.len() {
-            let sent = match batch_sys::send_runs(&self.socket, &list[datagram..], &runs[entry..]) {
+            let sent = match batched_io::send_runs(&self.socket, &list[datagram..], &runs[entry..])
+            {
                 Ok(k) => k.max(1),
                 Err(e) if is_loss(&e) => 1,
                 Err(e) if runs[entry] > 1 && gso_unsupported(&e) => {
@@ -212,7 +213,7 @@ impl Datagram for FromMemory<'_> {
     fn destination(&self) -> SocketAddr {
         dst_of(self.packet)
     }
-    fn parts(&self) -> [&[u8]; batch_sys::PARTS] {
+    fn parts(&self) -> [&[u8]; batched_io::PARTS] {
         let bytes = &self.packet.bytes[..];
         match self.packet.payload {
             Some(r) if !self.payload.is_empty() => [
@@ -243,11 +244,11 @@ fn gso_unsupported(e: &io::Error) -> bool {
 }
 
 /// How many packets from the start of `packets` can leave as one GSO send
-/// ([`batch_sys::gso_run`]), towards loopback destinations only. 1 means send it alone.
+/// ([`batched_io::gso_run`]), towards loopback destinations only. 1 means send it alone.
 fn gso_run<D: Datagram>(packets: &[D]) -> usize {
     match packets.first() {
         Some(head) if !head.destination().ip().is_loopback() => 1,
-        _ => batch_sys::gso_run(packets),
+        _ => batched_io::gso_run(packets),
     }
 }
 
@@ -333,7 +334,7 @@ impl Link for UdpLink {
     }
 
     fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
-        batch_sys::wait_readable(&self.socket, timeout)
+        batched_io::wait_readable(&self.socket, timeout)
     }
 
     fn recv_ready(&self, max: usize, sink: &mut dyn FnMut(DatagramView<'_>)) -> io::Result<usize> {
@@ -346,7 +347,7 @@ impl Link for UdpLink {
         }
         while total < max {
             let want = (max - total).min(slots.capacity());
-            let n = match batch_sys::recv_batch_now(&self.socket, slots, want) {
+            let n = match batched_io::recv_batch_now(&self.socket, slots, want) {
                 Ok(n) => n,
                 Err(e)
                     if matches!(
@@ -426,7 +427,7 @@ mod tests {
         let many: Vec<OutPacket> = (0..100).map(|_| out("::1", 100)).collect();
         assert_eq!(gso_run(&many), MAX_BATCH);
         let big: Vec<OutPacket> = (0..40).map(|_| out("127.0.0.2", 4112)).collect();
-        assert_eq!(gso_run(&big), batch_sys::GSO_MAX_BYTES / 4112);
+        assert_eq!(gso_run(&big), batched_io::GSO_MAX_BYTES / 4112);
         assert_eq!(gso_run::<OutPacket>(&[]), 0);
     }
 

@@ -9,9 +9,10 @@ use softverbs_api::{
 };
 
 use super::faults::{FaultConfig, SimRng};
+use crate::engine::device_counters::RxDrop;
+use crate::engine::receive::{check_datagram, check_for_qp};
 use crate::memory::{MrTable, RdmaBuffer};
-use crate::net::icrc_check::icrc_ok;
-use crate::net::InDatagram;
+use crate::net::DatagramView;
 use crate::transport::{payloads_in_memory, Completion, Env, Outputs, TransportQp};
 use crate::wire::{write_icrc, IcrcContext, IpHeaderInfo, RoceRepr};
 
@@ -456,23 +457,29 @@ impl SimPair {
 
     fn deliver(&mut self, to: Side, src_port: u16, bytes: &[u8]) {
         let from = to.other();
-        // The engine's check; the simulated senders are softverbs ones (IP ID 0).
-        let ok = icrc_ok(&InDatagram {
+        // The engine's receive pipeline; the simulated senders are softverbs ones (IP ID 0).
+        let datagram = DatagramView {
             src: SocketAddr::new(IpAddr::V4(from.ip()), src_port),
             dst: SocketAddr::new(IpAddr::V4(to.ip()), 4791),
-            payload: bytes.to_vec(),
+            payload: bytes,
             ipv4_identification: Some(0),
-        });
-        if !ok {
-            self.trace.push(TraceEvent::IcrcRejected {
-                at_ns: self.now_ns,
-                to,
-            });
+        };
+        let repr = match check_datagram(datagram) {
+            Ok(repr) => repr,
+            Err(RxDrop::IcrcError) => {
+                self.trace.push(TraceEvent::IcrcRejected {
+                    at_ns: self.now_ns,
+                    to,
+                });
+                return;
+            }
+            Err(_) => return,
+        };
+        let qp = &self.node(to).qp;
+        let peer = qp.path.map(|p| p.dst_ip);
+        if check_for_qp(&repr, qp.qp_type, peer, datagram.src.ip()).is_err() {
             return;
         }
-        let Ok((repr, _)) = RoceRepr::parse(bytes) else {
-            return;
-        };
         self.drive(to, |qp, env, out| qp.on_packet(&repr, env, out));
     }
 

@@ -1,29 +1,38 @@
 //! The completer: consumes ACKs, NAKs, READ responses and atomic ACKs, retires WQEs as
 //! completions, and decides on retransmission (go-back-N) and retry exhaustion.
+//!
+//! What the completer tracks: the oldest unacknowledged PSN, the retry budgets and whether
+//! a go-back-N retry is under way. The fields are the completer's own; the requester and
+//! the QP use the narrow methods here.
 
-use softverbs_api::{AccessFlags, QpState, WcStatus, WorkCompletion, WrOpcode};
+mod responses;
 
-use super::output::{Completion, CompletionTarget, Env, Outputs};
-use super::qp::{send_wc_opcode, TransportQp};
-use super::syndrome::{nak_status, rnr_timer_ns};
-use super::timers::expired;
-use crate::wire::{AethKind, NakCode, OpKind, Psn, RoceRepr};
+pub use responses::{on_response, on_timer, INFINITE_RETRIES};
 
-/// A retry count of 7 never runs out (as in rxe, for both `retry_cnt` and `rnr_retry`).
-pub const INFINITE_RETRIES: u8 = 7;
+use crate::wire::Psn;
+
+/// Where the completer stands with the requests in flight.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CompleterPhase {
+    /// Responses and ACKs arrive as sent (or nothing is outstanding).
+    #[default]
+    Steady,
+    /// A go-back-N retry is under way and no ACK has advanced since: further sequence NAKs
+    /// for it neither cost a retry nor rewind again (rxe's `started_retry`).
+    Retrying,
+}
 
 /// What the completer tracks.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CompleterState {
     /// Oldest unacknowledged PSN.
-    pub una: Psn,
+    una: Psn,
     /// Transport retries left before RETRY_EXC_ERR.
-    pub retries_left: u8,
+    retries_left: u8,
     /// RNR retries left before RNR_RETRY_EXC_ERR.
-    pub rnr_retries_left: u8,
-    /// A go-back-N retry is under way and no ACK has advanced since: further sequence NAKs
-    /// for it neither cost a retry nor rewind again (rxe's `started_retry`).
-    pub retry_started: bool,
+    rnr_retries_left: u8,
+    /// Steady, or retrying.
+    phase: CompleterPhase,
 }
 
 impl CompleterState {
@@ -31,346 +40,45 @@ impl CompleterState {
     pub fn reset(&mut self, psn: Psn) {
         self.una = psn;
     }
-}
 
-/// A response packet for this QP: ACK / NAK, READ response or atomic ACK.
-pub fn on_response(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: &mut Outputs) {
-    if !matches!(qp.state(), QpState::Rts | QpState::Sqd | QpState::Sqe) {
-        qp.counters.dropped_packets += 1;
-        return;
+    /// Oldest unacknowledged PSN.
+    pub fn una(&self) -> Psn {
+        self.una
     }
-    let psn = pkt.bth.psn;
-    // A response must name a PSN we have sent and not yet seen acknowledged.
-    let in_window = psn.diff(qp.comp.una) >= 0 && psn.diff(qp.req.next_psn) < 0;
-    let Some(info) = pkt.bth.opcode.info() else {
-        qp.counters.dropped_packets += 1;
-        return;
-    };
-    if !in_window {
-        qp.counters.dropped_packets += 1;
-        return;
-    }
-    let aeth_kind = pkt.aeth.map(|a| a.kind());
-    match (info.kind, aeth_kind) {
-        (OpKind::ReadResponse, None | Some(AethKind::Ack)) => on_read_response(qp, pkt, env, out),
-        (OpKind::AtomicAck, Some(AethKind::Ack)) => on_atomic_ack(qp, pkt, env, out),
-        (OpKind::Ack, Some(AethKind::Ack)) => {
-            if let Some(lost) = ack_through(qp, psn, env, out) {
-                // The ACK covers a READ / atomic whose response never came: ask again.
-                retry_from(qp, lost, out);
-            }
-        }
-        (OpKind::Ack, Some(AethKind::RnrNak { timer })) => {
-            let resume = ack_before(qp, psn, env, out).unwrap_or(psn);
-            qp.counters.rnr_naks_received += 1;
-            if qp.comp.rnr_retries_left == 0 {
-                fail_front(qp, Some(WcStatus::RnrRetryExcErr), out);
-                return;
-            }
-            if qp.comp.rnr_retries_left != INFINITE_RETRIES {
-                qp.comp.rnr_retries_left -= 1;
-            }
-            rewind(qp, resume);
-            qp.timers.retransmit_at_ns = None;
-            qp.timers.rnr_retry_at_ns = Some(env.now_ns() + rnr_timer_ns(timer));
-        }
-        (OpKind::Ack, Some(AethKind::Nak(NakCode::PsnSequenceError))) => {
-            let resume = ack_before(qp, psn, env, out).unwrap_or(psn);
-            qp.counters.seq_err_naks_received += 1;
-            // The responder NAKs once per gap; a NAK that arrives while a retry for that gap
-            // (or an RNR wait) is already under way is a consequence of it, not a new loss.
-            if qp.comp.retry_started || qp.timers.rnr_retry_at_ns.is_some() {
-                return;
-            }
-            retry_from(qp, resume, out);
-        }
-        (OpKind::Ack, Some(AethKind::Nak(code))) => {
-            let _ = ack_before(qp, psn, env, out);
-            fail_front(qp, Some(nak_status(code)), out);
-        }
-        _ => qp.counters.dropped_packets += 1,
-    }
-}
 
-/// A READ response at `pkt.bth.psn`: lands in the oldest WQE, which must be that READ.
-fn on_read_response(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: &mut Outputs) {
-    let psn = pkt.bth.psn;
-    let earlier_unanswered = ack_before(qp, psn, env, out).filter(|first| *first != psn);
-    let mtu = qp.attr.path_mtu.bytes() as u64;
-    let pd = qp.pd;
-    let Some(wqe) = qp.sq.get_mut(0) else { return };
-    // ATOMIC WRITE and FLUSH are answered by one empty READ RESPONSE ONLY.
-    if matches!(wqe.opcode, WrOpcode::AtomicWrite | WrOpcode::Flush) {
-        if wqe.first_psn == psn && wqe.packet_count > 0 && pkt.payload.is_empty() {
-            complete_front(qp, WcStatus::Success, psn, env, out);
-        } else {
-            qp.counters.dropped_packets += 1;
-        }
-        return;
+    /// Transport retries left before RETRY_EXC_ERR.
+    pub fn retries_left(&self) -> u8 {
+        self.retries_left
     }
-    let into = psn.diff(wqe.first_psn);
-    if wqe.opcode != WrOpcode::RdmaRead || into < 0 || into as u32 >= wqe.psn_count {
-        qp.counters.dropped_packets += 1;
-        // An earlier READ / atomic was skipped over: its response was lost.
-        if let (Some(first), false) = (earlier_unanswered, qp.comp.retry_started) {
-            retry_from(qp, first, out);
-        }
-        return;
-    }
-    let into = into as u32;
-    if into < wqe.resp_packets {
-        qp.counters.dropped_packets += 1; // a duplicate of a response already placed
-        responses_still_coming(qp, env);
-        return;
-    }
-    if into > wqe.resp_packets {
-        // A response went missing: ask for the whole READ again.
-        let first = wqe.first_psn;
-        if !qp.comp.retry_started {
-            retry_from(qp, first, out);
-        } else {
-            responses_still_coming(qp, env);
-        }
-        return;
-    }
-    let offset = into as u64 * mtu;
-    let expect_len = (wqe.length - offset.min(wqe.length)).min(mtu);
-    let last = into + 1 == wqe.psn_count;
-    // After a partial re-request the same PSN may come as FIRST (new request) or MIDDLE (the
-    // old one, late) with the same bytes, so only the length is checked; a response of the
-    // wrong length is dropped and the READ asked again.
-    if pkt.payload.len() as u64 != expect_len {
-        qp.counters.dropped_packets += 1;
-        return;
-    }
-    if env.mem.scatter(pd, &wqe.sges, offset, pkt.payload).is_err() {
-        fail_front(qp, Some(WcStatus::LocProtErr), out);
-        return;
-    }
-    wqe.resp_packets += 1;
-    if last {
-        complete_front(qp, WcStatus::Success, psn, env, out);
-    } else {
-        // Each in-order response acknowledges its PSN (as rxe's comp.psn advances): the
-        // window moves, the ACK timer restarts and the retry budget refills, so a READ of
-        // any length streams on, and a re-request starts where the responses stopped.
-        if psn.next().diff(qp.comp.una) > 0 {
-            qp.comp.una = psn.next();
-        }
-        note_progress(qp, true, env);
-    }
-}
 
-/// An ATOMIC ACKNOWLEDGE: the original value goes to the atomic WR's local buffer.
-fn on_atomic_ack(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: &mut Outputs) {
-    let psn = pkt.bth.psn;
-    let earlier_unanswered = ack_before(qp, psn, env, out).filter(|first| *first != psn);
-    let Some(orig) = pkt.atomic_ack_eth.map(|a| a.orig) else {
-        return;
-    };
-    let pd = qp.pd;
-    let Some(wqe) = qp.sq.get(0) else { return };
-    let is_atomic = matches!(
-        wqe.opcode,
-        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
-    );
-    if !is_atomic || wqe.first_psn != psn || wqe.packet_count == 0 {
-        qp.counters.dropped_packets += 1;
-        if let (Some(first), false) = (earlier_unanswered, qp.comp.retry_started) {
-            retry_from(qp, first, out);
-        }
-        return;
+    /// RNR retries left before RNR_RETRY_EXC_ERR.
+    pub fn rnr_retries_left(&self) -> u8 {
+        self.rnr_retries_left
     }
-    let sges = wqe.sges.clone();
-    let placed = env
-        .mem
-        .check_sges(pd, &sges, AccessFlags::LOCAL_WRITE)
-        .and_then(|_| env.mem.scatter(pd, &sges, 0, &orig.to_ne_bytes()));
-    if placed.is_err() {
-        fail_front(qp, Some(WcStatus::LocProtErr), out);
-        return;
-    }
-    complete_front(qp, WcStatus::Success, psn, env, out);
-}
 
-/// Fires expired deadlines: the RNR wait ends, or the local ACK timeout retransmits.
-pub fn on_timer(qp: &mut TransportQp, env: &Env<'_>, out: &mut Outputs) {
-    if expired(qp.timers.rnr_retry_at_ns, env.now_ns()) {
-        qp.timers.rnr_retry_at_ns = None;
+    /// Steady, or retrying.
+    pub fn phase(&self) -> CompleterPhase {
+        self.phase
     }
-    if expired(qp.timers.retransmit_at_ns, env.now_ns()) {
-        qp.timers.retransmit_at_ns = None;
-        if qp.comp.una == qp.req.next_psn {
-            return;
-        }
-        qp.counters.ack_timeouts += 1;
-        // A timeout always retries, even if a NAK-triggered retry was under way.
-        let una = qp.comp.una;
-        retry_from(qp, una, out);
-    }
-}
 
-/// Takes one transport retry and goes back to `psn`; on exhaustion fails the oldest WQE
-/// with RETRY_EXC_ERR.
-fn retry_from(qp: &mut TransportQp, psn: Psn, out: &mut Outputs) {
-    if qp.comp.retries_left == 0 {
-        fail_front(qp, Some(WcStatus::RetryExcErr), out);
-        return;
+    /// A go-back-N retry is under way (see [`CompleterPhase::Retrying`]).
+    pub fn retrying(&self) -> bool {
+        self.phase == CompleterPhase::Retrying
     }
-    if qp.comp.retries_left != INFINITE_RETRIES {
-        qp.comp.retries_left -= 1;
-    }
-    qp.comp.retry_started = true;
-    rewind(qp, psn);
-}
 
-/// A NAK, READ response or atomic ACK at `psn` acknowledges every PSN before it (responses
-/// come in PSN order). Returns the first PSN of an earlier READ / atomic left unanswered.
-fn ack_before(qp: &mut TransportQp, psn: Psn, env: &Env<'_>, out: &mut Outputs) -> Option<Psn> {
-    ack_through(qp, psn.add(Psn::MASK), env, out)
-}
+    /// A new transport retry budget (modify with RETRY_CNT).
+    pub fn set_retries(&mut self, retry_cnt: u8) {
+        self.retries_left = retry_cnt;
+    }
 
-/// Retires every WQE whose last PSN is at or before `psn`, stopping at a READ / atomic that
-/// has not had its response. Returns that WQE's first PSN if `psn` reaches into it (its
-/// response was lost: the caller retries).
-fn ack_through(qp: &mut TransportQp, psn: Psn, env: &Env<'_>, out: &mut Outputs) -> Option<Psn> {
-    let mut progressed = false;
-    let mut lost_response = None;
-    while let Some(front) = qp.sq.front() {
-        let sent_whole = qp.req.wqe_index > 0;
-        if front.packet_count == 0 || !sent_whole || front.last_psn().diff(psn) > 0 {
-            if front.expects_response() && front.packet_count > 0 && front.first_psn.diff(psn) <= 0
-            {
-                lost_response = Some(front.first_psn);
-            }
-            break;
-        }
-        if front.expects_response() {
-            lost_response = Some(front.first_psn);
-            break;
-        }
-        retire_front(qp, WcStatus::Success, out);
-        progressed = true;
+    /// A new RNR retry budget (modify with RNR_RETRY).
+    pub fn set_rnr_retries(&mut self, rnr_retry: u8) {
+        self.rnr_retries_left = rnr_retry;
     }
-    let acked_to = match lost_response {
-        Some(first) => first,
-        None => psn.next(),
-    };
-    if acked_to.diff(qp.comp.una) > 0 {
-        qp.comp.una = acked_to;
-        progressed = true;
-    }
-    note_progress(qp, progressed, env);
-    lost_response
-}
 
-/// Pops the oldest WQE and completes it (if signaled, or always on error).
-fn retire_front(qp: &mut TransportQp, status: WcStatus, out: &mut Outputs) {
-    let Some(wqe) = qp.sq.pop() else { return };
-    qp.req.wqe_index = qp.req.wqe_index.saturating_sub(1);
-    if status == WcStatus::Success {
-        qp.counters.completed_sends += 1;
+    /// Everything before `psn` is done without an acknowledgement (UC / UD: a send is
+    /// complete once its packets are out).
+    pub fn unacknowledged_done_before(&mut self, psn: Psn) {
+        self.una = psn;
     }
-    if wqe.signaled || status != WcStatus::Success {
-        let byte_len = wqe.completion_bytes();
-        out.completions.push(Completion {
-            target: CompletionTarget::Send,
-            wc: WorkCompletion {
-                wr_id: wqe.wr_id,
-                status,
-                opcode: send_wc_opcode(wqe.opcode),
-                byte_len,
-                qp_num: qp.qpn,
-                ..WorkCompletion::default()
-            },
-        });
-    }
-}
-
-/// The oldest WQE got its last response at `psn`: complete it and move `una` past it.
-fn complete_front(
-    qp: &mut TransportQp,
-    status: WcStatus,
-    psn: Psn,
-    env: &Env<'_>,
-    out: &mut Outputs,
-) {
-    retire_front(qp, status, out);
-    if psn.next().diff(qp.comp.una) > 0 {
-        qp.comp.una = psn.next();
-    }
-    note_progress(qp, true, env);
-}
-
-/// Responses of the front READ that this side already holds (duplicates) or has already
-/// asked for again (after a gap) are still arriving: the ACK timer counts from the last of
-/// them, so that a timeout retry never
-/// queues a new burst of responses behind an old one. A retry per timeout whose burst
-/// takes longer than the timeout to drain never gets a response through: in the rxe lab a
-/// 4 MiB READ at MTU 1024 (4,096 responses) was asked 122 times in 8 s without progress,
-/// while the receiving side, busy writing its capture, drained each burst slower than the
-/// next came. Neither the retry budget nor the window moves: only forward progress does
-/// that.
-fn responses_still_coming(qp: &mut TransportQp, env: &Env<'_>) {
-    if qp.timers.retransmit_at_ns.is_some() {
-        qp.timers.retransmit_at_ns = qp.ack_deadline_ns(env.now_ns());
-    }
-}
-
-/// Forward progress refills the retry budgets and ends a retry; the ACK timer restarts
-/// while anything is outstanding.
-fn note_progress(qp: &mut TransportQp, progressed: bool, env: &Env<'_>) {
-    if progressed {
-        qp.comp.retry_started = false;
-        qp.comp.retries_left = qp.attr.retry_cnt;
-        qp.comp.rnr_retries_left = qp.attr.rnr_retry;
-    }
-    qp.timers.retransmit_at_ns = if qp.comp.una == qp.req.next_psn {
-        None
-    } else if progressed || qp.timers.retransmit_at_ns.is_none() {
-        qp.ack_deadline_ns(env.now_ns())
-    } else {
-        qp.timers.retransmit_at_ns
-    };
-}
-
-/// Points the requester back at `psn` (go-back-N); the next `requester::run` resends from
-/// there.
-fn rewind(qp: &mut TransportQp, psn: Psn) {
-    for i in 0..(qp.req.wqe_index + 1).min(qp.sq.len()) {
-        let Some(wqe) = qp.sq.get_mut(i) else { break };
-        if wqe.packet_count == 0 {
-            break;
-        }
-        let into = psn.diff(wqe.first_psn);
-        if into >= 0 && (into as u32) < wqe.psn_count.max(1) {
-            // A READ is asked again from its first missing response, an atomic whole.
-            let whole = wqe.expects_response();
-            let restart = wqe.first_psn.add(wqe.resp_packets);
-            qp.req.wqe_index = i;
-            qp.req.packet_index = if whole { 0 } else { into as u32 };
-            qp.req.next_psn = if whole { restart } else { psn };
-            return;
-        }
-    }
-}
-
-/// The oldest WQE was local work (LOCAL_INV) that finished with `status`: complete it; a
-/// failure moves the QP to ERR.
-pub fn complete_local(qp: &mut TransportQp, status: WcStatus, out: &mut Outputs) {
-    if status == WcStatus::Success {
-        retire_front(qp, status, out);
-    } else {
-        fail_front(qp, Some(status), out);
-    }
-}
-
-/// Completes the oldest WQE with `status` (or the status it failed with locally), then moves
-/// the QP to ERR, which flushes the rest.
-pub fn fail_front(qp: &mut TransportQp, status: Option<WcStatus>, out: &mut Outputs) {
-    if let Some(front) = qp.sq.front() {
-        let status = status.or(front.status).unwrap_or(WcStatus::GeneralErr);
-        retire_front(qp, status, out);
-    }
-    qp.enter_error(out);
 }

@@ -12,14 +12,14 @@
 pub mod address;
 pub mod completer;
 pub mod counters;
-pub mod output;
-pub mod packet_pool;
+pub mod env;
+pub mod outputs;
 pub mod qp;
+pub mod qp_calls;
 pub mod recv_queue;
 pub mod requester;
 pub mod responder;
 pub mod srq;
-pub mod syndrome;
 pub mod timers;
 pub mod ud;
 pub mod validate;
@@ -27,8 +27,9 @@ pub mod wqe;
 
 pub use address::{AddressVector, AhTable, NetHeader};
 pub use counters::Counters;
-pub use output::{
-    payloads_in_memory, CallTime, Completion, CompletionTarget, Env, OutPacket, Outputs, PayloadRef,
-};
-pub use qp::{PathInfo, TransportQp};
+pub use env::{CallTime, Env};
+pub use outputs::{Completion, CompletionTarget, Outputs};
+pub use qp::TransportQp;
+// The packet type that crosses to the link belongs to net (the layer below that sends it).
+pub use crate::net::packet::{payloads_in_memory, OutPacket, PathInfo, PayloadRef};
 pub use srq::SharedRecvQueue;

@@ -1,7 +1,8 @@
 //! Where a QP's responder gets its receive WQEs: the QP's own receive queue, or the SRQ it
 //! was created with (lent through [`Env::srq`]).
 
-use super::output::{Env, Outputs};
+use super::env::Env;
+use super::outputs::Outputs;
 use super::qp::TransportQp;
 use super::wqe::RecvWqe;
 

@@ -1,81 +1,101 @@
 //! The responder: checks incoming requests against the expected PSN, executes them against
 //! receive WQEs and memory, and answers with ACK / NAK / READ responses / atomic ACKs as rxe
 //! does.
+//!
+//! What the responder tracks: the expected PSN, the message being received, the answers of
+//! recent atomics and the ACK it owes. The fields are the responder's own; the QP reads
+//! and resets them through the methods here.
+
+mod answers;
+mod requests;
+
+pub use answers::send_lazy_ack;
+pub use requests::on_request;
 
 use std::collections::VecDeque;
 
-use softverbs_api::{
-    AccessFlags, AsyncElement, AsyncEvent, AsyncEventKind, QpState, QpType, WcFlags, WcOpcode,
-    WcStatus, WorkCompletion,
-};
-
-use super::output::{Completion, CompletionTarget, Env, OutPacket, Outputs};
-use super::qp::TransportQp;
-use super::recv_queue;
-use super::wqe::RecvWqe;
-use crate::memory::{MemError, RemoteAccessor};
-use crate::wire::{
-    AethRepr, AtomicAckEthRepr, BthRepr, FethRepr, NakCode, OpKind, Opcode, OpcodeInfo, Psn,
-    RoceRepr, Transport,
-};
+use crate::transport::wqe::RecvWqe;
+use crate::wire::Psn;
 
 /// A SEND being received, between its FIRST and LAST packets.
 #[derive(Debug, Clone)]
 pub struct RecvInProgress {
     /// The receive WQE it lands in.
-    pub wqe: RecvWqe,
+    wqe: RecvWqe,
     /// Bytes placed so far.
-    pub offset: u64,
+    offset: u64,
 }
 
 /// An RDMA WRITE being received, between its FIRST and LAST packets.
 #[derive(Debug, Clone, Copy)]
 pub struct WriteInProgress {
     /// Remote key of the target region.
-    pub rkey: u32,
+    rkey: u32,
     /// Start address of the write.
-    pub va: u64,
+    va: u64,
     /// Total length announced in the RETH.
-    pub dma_len: u64,
+    dma_len: u64,
     /// Bytes placed so far.
-    pub offset: u64,
+    offset: u64,
 }
 
 /// The answer to an executed atomic, kept to answer its duplicates without executing again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AtomicReplay {
     /// PSN of the atomic request.
-    pub psn: Psn,
+    psn: Psn,
     /// The original value it returned.
-    pub orig: u64,
+    orig: u64,
+}
+
+/// Where the responder stands with the request stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ResponderPhase {
+    /// Requests are taken at the expected PSN.
+    #[default]
+    InSequence,
+    /// RC: a PSN sequence error NAK was sent for `epsn` and not yet answered by a
+    /// retransmission; rxe sends one per gap, not one per out-of-order packet.
+    AwaitingRetransmission,
+    /// UC: the current message lost a packet; everything up to the next FIRST / ONLY is
+    /// dropped.
+    DroppingMessage,
 }
 
 /// What the responder tracks.
 #[derive(Debug, Clone, Default)]
 pub struct ResponderState {
     /// Expected PSN of the next request.
-    pub epsn: Psn,
+    epsn: Psn,
     /// Message sequence number: requests completed (24 bits).
-    pub msn: u32,
+    msn: u32,
     /// The SEND being received.
-    pub current: Option<RecvInProgress>,
+    current: Option<RecvInProgress>,
     /// The RDMA WRITE being received.
-    pub write: Option<WriteInProgress>,
-    /// A PSN sequence error NAK was sent for `epsn` and not yet answered by a retransmission;
-    /// rxe sends one per gap, not one per out-of-order packet.
-    pub nak_sent: bool,
+    write: Option<WriteInProgress>,
+    /// Taking requests in sequence, or (RC) waiting for the retransmission a PSN sequence
+    /// NAK asked for, or (UC) dropping the rest of a message that lost a packet.
+    phase: ResponderPhase,
     /// Answers of the latest atomics, oldest first, at most `max_dest_rd_atomic` of them (the
     /// requester never has more outstanding, so a retransmitted atomic is always here).
-    pub atomic_replay: VecDeque<AtomicReplay>,
-    /// UC: the current message lost a packet; drop everything up to the next FIRST / ONLY.
-    pub drop_msg: bool,
+    atomic_replay: VecDeque<AtomicReplay>,
     /// RC: the newest request accepted without an ACK request and not acknowledged since,
     /// with the MSN after it. Its ACK leaves with [`send_lazy_ack`], when the driver has
     /// nothing more pressing (see `requester::asks_for_ack`).
-    pub lazy_ack: Option<(Psn, u32)>,
+    lazy_ack: Option<(Psn, u32)>,
 }
 
 impl ResponderState {
+    /// Expected PSN of the next request.
+    pub fn epsn(&self) -> Psn {
+        self.epsn
+    }
+
+    /// Takes the receive WQE of the SEND being received, if any (the QP flushes it).
+    pub fn take_current_recv(&mut self) -> Option<RecvWqe> {
+        self.current.take().map(|c| c.wqe)
+    }
+
     /// Starts over at `psn` (modify with RQ_PSN).
     pub fn reset(&mut self, psn: Psn) {
         *self = ResponderState {
@@ -86,756 +106,5 @@ impl ResponderState {
 
     fn in_message(&self) -> bool {
         self.current.is_some() || self.write.is_some()
-    }
-}
-
-/// A request packet for this QP.
-pub fn on_request(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: &mut Outputs) {
-    let Some(info) = pkt.bth.opcode.info() else {
-        return;
-    };
-    let transport_ok = matches!(
-        (qp.qp_type, info.transport),
-        (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
-    );
-    let ready = matches!(
-        qp.state(),
-        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-    );
-    if !transport_ok || !ready {
-        qp.counters.dropped_packets += 1;
-        return;
-    }
-    match qp.qp_type {
-        QpType::Ud => return super::ud::on_request(qp, pkt, info, env, out),
-        QpType::Uc => {
-            if !uc_in_sequence(qp, pkt, info, env) {
-                return;
-            }
-        }
-        QpType::Rc => {
-            if !rc_in_sequence(qp, pkt, info, env, out) {
-                return;
-            }
-        }
-    }
-    match info.kind {
-        OpKind::Send => receive_send(qp, pkt, info, env, out),
-        OpKind::RdmaWrite => receive_write(qp, pkt, info, env, out),
-        OpKind::ReadRequest => execute_read(qp, pkt, env, out, false),
-        OpKind::CompareSwap | OpKind::FetchAdd => execute_atomic(qp, pkt, info, env, out),
-        OpKind::AtomicWrite | OpKind::Flush => execute_write_or_flush(qp, pkt, info, env, out),
-        _ => nak_and_fail(qp, pkt.bth.psn, NakCode::InvalidRequest, None, out),
-    }
-}
-
-/// RC: a request is executed only at the expected PSN. A gap earns one PSN sequence NAK, a
-/// duplicate its old answer; a new message may start only once the previous one ended.
-fn rc_in_sequence(
-    qp: &mut TransportQp,
-    pkt: &RoceRepr<'_>,
-    info: &OpcodeInfo,
-    env: &Env<'_>,
-    out: &mut Outputs,
-) -> bool {
-    let psn = pkt.bth.psn;
-    let distance = psn.diff(qp.resp.epsn);
-    if distance > 0 {
-        // A gap: ask once for a go-back-N from the PSN we expect.
-        qp.counters.dropped_packets += 1;
-        if !qp.resp.nak_sent {
-            qp.resp.nak_sent = true;
-            qp.counters.seq_err_naks_sent += 1;
-            let epsn = qp.resp.epsn;
-            let nak = AethRepr::nak(NakCode::PsnSequenceError, qp.resp.msn);
-            send_ack(qp, epsn, nak, out);
-        }
-        return false;
-    }
-    if distance < 0 {
-        qp.counters.duplicate_requests += 1;
-        answer_duplicate(qp, pkt, info, env, out);
-        return false;
-    }
-    qp.resp.nak_sent = false;
-    if starts_message(info) && qp.resp.in_message() {
-        nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
-        return false;
-    }
-    true
-}
-
-/// UC: no ACKs and no retransmissions. A missing packet drops the whole message it belongs
-/// to (its receive WQE is used again for the next one); the next FIRST or ONLY packet starts
-/// over at whatever PSN it carries (as rxe's check_psn / check_op_seq do).
-fn uc_in_sequence(
-    qp: &mut TransportQp,
-    pkt: &RoceRepr<'_>,
-    info: &OpcodeInfo,
-    env: &Env<'_>,
-) -> bool {
-    let starts = starts_message(info);
-    if qp.resp.drop_msg || pkt.bth.psn != qp.resp.epsn {
-        abandon_message(qp, env);
-        if !starts {
-            drop_rest_of_message(qp);
-            return false;
-        }
-        qp.resp.drop_msg = false;
-    }
-    if starts && qp.resp.in_message() {
-        // The previous message never got its LAST: it is dropped, this one starts.
-        abandon_message(qp, env);
-    }
-    if !starts && !qp.resp.in_message() {
-        // The FIRST of this message was dropped (no receive WQE, say): so is the rest.
-        drop_rest_of_message(qp);
-        return false;
-    }
-    true
-}
-
-/// True for the packets that begin a message: FIRST and ONLY (READs and atomics are whole
-/// messages in one packet).
-fn starts_message(info: &OpcodeInfo) -> bool {
-    info.is_first()
-        || matches!(
-            info.kind,
-            OpKind::ReadRequest
-                | OpKind::CompareSwap
-                | OpKind::FetchAdd
-                | OpKind::AtomicWrite
-                | OpKind::Flush
-        )
-}
-
-/// UC: this packet is dropped and so is the rest of its message, up to the next FIRST or
-/// ONLY.
-fn drop_rest_of_message(qp: &mut TransportQp) {
-    qp.resp.drop_msg = true;
-    qp.resp.write = None;
-    qp.counters.dropped_packets += 1;
-}
-
-/// Forgets the message being received without completing it; its receive WQE goes back to
-/// where it came from, unused.
-fn abandon_message(qp: &mut TransportQp, env: &Env<'_>) {
-    qp.resp.write = None;
-    if let Some(current) = qp.resp.current.take() {
-        recv_queue::give_back(qp, env, current.wqe);
-    }
-}
-
-/// UC: a message that cannot be received is dropped, and the QP stays usable (rxe's class
-/// D). Its receive WQE, if it took one, is used again; an SRQ's WQE instead completes with
-/// `srq_status` (class E), as rxe does.
-fn uc_drop(
-    qp: &mut TransportQp,
-    env: &Env<'_>,
-    wqe: Option<RecvWqe>,
-    srq_status: WcStatus,
-    out: &mut Outputs,
-) {
-    drop_rest_of_message(qp);
-    let Some(wqe) = wqe else { return };
-    if qp.srq.is_some() {
-        out.completions.push(Completion {
-            target: CompletionTarget::Recv,
-            wc: WorkCompletion {
-                wr_id: wqe.wr_id,
-                status: srq_status,
-                opcode: WcOpcode::Recv,
-                qp_num: qp.qpn,
-                ..WorkCompletion::default()
-            },
-        });
-    } else {
-        recv_queue::give_back(qp, env, wqe);
-    }
-}
-
-/// A request already executed arrived again (C9-105 ff.): SENDs and WRITEs are acknowledged
-/// again, never executed twice; READs are executed again (they change nothing); atomics are
-/// answered from the replay cache.
-fn answer_duplicate(
-    qp: &mut TransportQp,
-    pkt: &RoceRepr<'_>,
-    info: &OpcodeInfo,
-    env: &Env<'_>,
-    out: &mut Outputs,
-) {
-    match info.kind {
-        OpKind::ReadRequest => execute_read(qp, pkt, env, out, true),
-        OpKind::CompareSwap | OpKind::FetchAdd => {
-            let psn = pkt.bth.psn;
-            let cached = qp.resp.atomic_replay.iter().find(|r| r.psn == psn).copied();
-            if let Some(replay) = cached {
-                send_atomic_ack(qp, psn, replay.orig, out);
-            }
-        }
-        // Nothing to remember: the answer is always the same empty response.
-        OpKind::AtomicWrite | OpKind::Flush => send_empty_read_response(qp, pkt.bth.psn, out),
-        _ if pkt.bth.ack_req || info.is_last() => {
-            let prev = qp.resp.epsn.add(Psn::MASK);
-            send_ack(qp, prev, AethRepr::ack(qp.resp.msn), out);
-        }
-        _ => {}
-    }
-}
-
-/// The NAK a refused memory access earns.
-fn nak_for(e: MemError) -> NakCode {
-    match e {
-        MemError::Misaligned | MemError::LengthExceeded => NakCode::InvalidRequest,
-        MemError::InvalidKey
-        | MemError::PdMismatch
-        | MemError::OutOfBounds
-        | MemError::AccessDenied => NakCode::RemoteAccessError,
-    }
-}
-
-/// Whom the memory checks see for a request on `qp`: its PD, and its number for type 2
-/// windows.
-fn accessor(qp: &TransportQp) -> RemoteAccessor {
-    RemoteAccessor::qp(qp.pd, qp.qpn)
-}
-
-/// The QP must allow `need` (its `qp_access_flags`); otherwise the request is invalid.
-fn qp_allows(qp: &TransportQp, need: AccessFlags) -> bool {
-    qp.attr.qp_access_flags.contains(need)
-}
-
-fn receive_send(
-    qp: &mut TransportQp,
-    pkt: &RoceRepr<'_>,
-    info: &OpcodeInfo,
-    env: &Env<'_>,
-    out: &mut Outputs,
-) {
-    let psn = pkt.bth.psn;
-    if info.is_first() {
-        let Some(wqe) = recv_queue::take(qp, env, out) else {
-            no_recv_wqe(qp, psn, out);
-            return;
-        };
-        qp.resp.current = Some(RecvInProgress { wqe, offset: 0 });
-    }
-    let Some(mut current) = qp.resp.current.take() else {
-        // MIDDLE or LAST without a FIRST.
-        nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
-        return;
-    };
-    let len = pkt.payload.len() as u64;
-    if current.offset + len > current.wqe.length {
-        if qp.qp_type == QpType::Uc {
-            uc_drop(qp, env, Some(current.wqe), WcStatus::RemInvReqErr, out);
-            return;
-        }
-        let failed = Some((current.wqe.wr_id, WcStatus::LocLenErr));
-        nak_and_fail(qp, psn, NakCode::InvalidRequest, failed, out);
-        return;
-    }
-    if !pkt.payload.is_empty()
-        && env
-            .mem
-            .scatter(qp.pd, &current.wqe.sges, current.offset, pkt.payload)
-            .is_err()
-    {
-        let failed = Some((current.wqe.wr_id, WcStatus::LocProtErr));
-        nak_and_fail(qp, psn, NakCode::RemoteOperationalError, failed, out);
-        return;
-    }
-    current.offset += len;
-    if info.is_last() {
-        let (wr_id, byte_len) = (current.wqe.wr_id, current.offset as u32);
-        if let Some(rkey) = pkt.ieth {
-            // SEND with invalidate: the named rkey must be a type 2 window bound through this
-            // QP. If it is not, the request is invalid (IBTA; rxe ACKs it and fails only the
-            // receive).
-            if env.mem.invalidate_remote(qp.pd, qp.qpn, rkey).is_err() {
-                let failed = Some((wr_id, WcStatus::RemInvReqErr));
-                nak_and_fail(qp, psn, NakCode::InvalidRequest, failed, out);
-                return;
-            }
-            complete_recv(qp, wr_id, WcOpcode::Recv, byte_len, None, out);
-            if let Some(last) = out.completions.last_mut() {
-                last.wc.wc_flags |= WcFlags::WITH_INV;
-                last.wc.invalidated_rkey = rkey;
-            }
-        } else {
-            complete_recv(qp, wr_id, WcOpcode::Recv, byte_len, pkt.immdt, out);
-        }
-    } else {
-        qp.resp.current = Some(current);
-    }
-    accept(qp, pkt, out);
-}
-
-fn receive_write(
-    qp: &mut TransportQp,
-    pkt: &RoceRepr<'_>,
-    info: &OpcodeInfo,
-    env: &Env<'_>,
-    out: &mut Outputs,
-) {
-    let psn = pkt.bth.psn;
-    let uc = qp.qp_type == QpType::Uc;
-    if !qp_allows(qp, AccessFlags::REMOTE_WRITE) {
-        if uc {
-            uc_drop(qp, env, None, WcStatus::RemAccessErr, out);
-        } else {
-            nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
-        }
-        return;
-    }
-    // WRITE with immediate takes a receive WQE at its last packet: without one, nothing of
-    // this packet may happen yet (RNR NAK, and the packet comes again).
-    if info.is_last() && pkt.immdt.is_some() && !recv_queue::available(qp, env) {
-        no_recv_wqe(qp, psn, out);
-        return;
-    }
-    let mut write = if info.is_first() {
-        let Some(reth) = pkt.reth else {
-            nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
-            return;
-        };
-        let dma_len = u64::from(reth.dma_len);
-        let checked = env.mem.check_remote(
-            accessor(qp),
-            reth.rkey,
-            reth.va,
-            dma_len,
-            AccessFlags::REMOTE_WRITE,
-        );
-        if let Err(e) = checked {
-            if uc {
-                uc_drop(qp, env, None, WcStatus::RemAccessErr, out);
-            } else {
-                nak_and_fail(qp, psn, nak_for(e), None, out);
-            }
-            return;
-        }
-        WriteInProgress {
-            rkey: reth.rkey,
-            va: reth.va,
-            dma_len,
-            offset: 0,
-        }
-    } else {
-        match qp.resp.write.take() {
-            Some(w) => w,
-            None => {
-                nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
-                return;
-            }
-        }
-    };
-    let len = pkt.payload.len() as u64;
-    let overruns = write.offset + len > write.dma_len;
-    let short = info.is_last() && write.offset + len != write.dma_len;
-    if (overruns || short) && uc {
-        uc_drop(qp, env, None, WcStatus::RemInvReqErr, out);
-        return;
-    }
-    if overruns || short {
-        nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
-        return;
-    }
-    let va = write.va.wrapping_add(write.offset);
-    if let Err(e) = env
-        .mem
-        .remote_write(accessor(qp), write.rkey, va, pkt.payload)
-    {
-        if uc {
-            uc_drop(qp, env, None, WcStatus::RemAccessErr, out);
-        } else {
-            nak_and_fail(qp, psn, nak_for(e), None, out);
-        }
-        return;
-    }
-    write.offset += len;
-    if info.is_last() {
-        if let Some(imm) = pkt.immdt {
-            if let Some(wqe) = recv_queue::take(qp, env, out) {
-                let byte_len = write.dma_len as u32;
-                complete_recv(
-                    qp,
-                    wqe.wr_id,
-                    WcOpcode::RecvRdmaWithImm,
-                    byte_len,
-                    Some(imm),
-                    out,
-                );
-            }
-        } else {
-            count_message(qp);
-        }
-    } else {
-        qp.resp.write = Some(write);
-    }
-    accept(qp, pkt, out);
-}
-
-/// Executes a READ request (again, for a duplicate) and sends its responses, starting at the
-/// request's PSN with the range its RETH names.
-fn execute_read(
-    qp: &mut TransportQp,
-    pkt: &RoceRepr<'_>,
-    env: &Env<'_>,
-    out: &mut Outputs,
-    duplicate: bool,
-) {
-    let psn = pkt.bth.psn;
-    let Some(reth) = pkt.reth else { return };
-    if !qp_allows(qp, AccessFlags::REMOTE_READ) {
-        if !duplicate {
-            nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
-        }
-        return;
-    }
-    // Checked whole now; each response reads its part when it is built or sent, so a
-    // large READ is never copied out as a whole.
-    let data = match env
-        .mem
-        .remote_slice(accessor(qp), reth.rkey, reth.va, reth.dma_len)
-    {
-        Ok(data) => data,
-        Err(e) => {
-            if !duplicate {
-                nak_and_fail(qp, psn, nak_for(e), None, out);
-            }
-            return;
-        }
-    };
-    if !duplicate {
-        count_message(qp);
-    }
-    let mtu = qp.attr.path_mtu.bytes();
-    let len = data.map_or(0, |d| d.len);
-    let count = len.div_ceil(mtu).max(1);
-    for i in 0..count {
-        let opcode = match (i == 0, i + 1 == count) {
-            (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
-            (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
-            (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
-            (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
-        };
-        let part = data.and_then(|d| d.part(i * mtu..((i + 1) * mtu).min(len)));
-        let part_len = part.map_or(0, |p| p.len as usize);
-        let Some(stand_in) = super::output::payload_stand_in(part_len) else {
-            return;
-        };
-        let mut repr = RoceRepr::new(
-            BthRepr::new(opcode, qp.attr.dest_qp_num, psn.add(i)),
-            stand_in,
-        );
-        let carries_aeth = opcode
-            .info()
-            .is_some_and(|i| i.headers.contains(crate::wire::HeaderSet::AETH));
-        if carries_aeth {
-            repr.aeth = Some(AethRepr::ack(qp.resp.msn));
-        }
-        emit_from_memory(qp, &repr, part, env, out);
-    }
-    if !duplicate {
-        qp.resp.epsn = psn.add(count);
-    }
-}
-
-fn execute_atomic(
-    qp: &mut TransportQp,
-    pkt: &RoceRepr<'_>,
-    info: &OpcodeInfo,
-    env: &Env<'_>,
-    out: &mut Outputs,
-) {
-    let psn = pkt.bth.psn;
-    let Some(a) = pkt.atomic_eth else { return };
-    if !qp_allows(qp, AccessFlags::REMOTE_ATOMIC) {
-        nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
-        return;
-    }
-    let result = if info.kind == OpKind::CompareSwap {
-        env.mem
-            .atomic_cmp_swap(accessor(qp), a.rkey, a.va, a.compare, a.swap_add)
-    } else {
-        env.mem
-            .atomic_fetch_add(accessor(qp), a.rkey, a.va, a.swap_add)
-    };
-    let orig = match result {
-        Ok(v) => v,
-        Err(e) => {
-            nak_and_fail(qp, psn, nak_for(e), None, out);
-            return;
-        }
-    };
-    let depth = qp.attr.max_dest_rd_atomic.max(1) as usize;
-    while qp.resp.atomic_replay.len() >= depth {
-        qp.resp.atomic_replay.pop_front();
-    }
-    qp.resp.atomic_replay.push_back(AtomicReplay { psn, orig });
-    count_message(qp);
-    qp.resp.epsn = psn.next();
-    send_atomic_ack(qp, psn, orig, out);
-}
-
-/// ATOMIC WRITE (8 bytes in one store; QP and MR need REMOTE_WRITE) or FLUSH (QP and MR need
-/// the FLUSH access of its placement type), answered like rxe with an empty READ RESPONSE
-/// ONLY.
-fn execute_write_or_flush(
-    qp: &mut TransportQp,
-    pkt: &RoceRepr<'_>,
-    info: &OpcodeInfo,
-    env: &Env<'_>,
-    out: &mut Outputs,
-) {
-    let psn = pkt.bth.psn;
-    let Some(reth) = pkt.reth else { return };
-    let result = if info.kind == OpKind::AtomicWrite {
-        if !qp_allows(qp, AccessFlags::REMOTE_WRITE) {
-            nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
-            return;
-        }
-        let Ok(value) = <[u8; 8]>::try_from(pkt.payload) else {
-            nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
-            return;
-        };
-        env.mem
-            .atomic_write(accessor(qp), reth.rkey, reth.va, value)
-    } else {
-        let Some(feth) = pkt.feth else { return };
-        let persistent = feth.placement_type() == FethRepr::PLACEMENT_PERSISTENCE;
-        let need = if persistent {
-            AccessFlags::FLUSH_PERSISTENT
-        } else {
-            AccessFlags::FLUSH_GLOBAL
-        };
-        let known_level = feth.selectivity_level() <= FethRepr::SELECTIVITY_MEMORY_REGION;
-        let known_type = matches!(
-            feth.placement_type(),
-            FethRepr::PLACEMENT_GLOBAL_VISIBILITY | FethRepr::PLACEMENT_PERSISTENCE
-        );
-        if !qp_allows(qp, need) || !known_level || !known_type {
-            nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
-            return;
-        }
-        let whole = feth.selectivity_level() == FethRepr::SELECTIVITY_MEMORY_REGION;
-        let len = u64::from(reth.dma_len);
-        env.mem
-            .flush(accessor(qp), reth.rkey, reth.va, len, persistent, whole)
-    };
-    if let Err(e) = result {
-        nak_and_fail(qp, psn, nak_for(e), None, out);
-        return;
-    }
-    count_message(qp);
-    qp.resp.epsn = psn.next();
-    send_empty_read_response(qp, psn, out);
-}
-
-/// The answer to ATOMIC WRITE and FLUSH: a READ RESPONSE ONLY without payload.
-fn send_empty_read_response(qp: &mut TransportQp, psn: Psn, out: &mut Outputs) {
-    let opcode = Opcode::RC_RDMA_READ_RESPONSE_ONLY;
-    let mut repr = RoceRepr::new(BthRepr::new(opcode, qp.attr.dest_qp_num, psn), &[]);
-    repr.aeth = Some(AethRepr::ack(qp.resp.msn));
-    emit(qp, &repr, out);
-}
-
-/// The request at `pkt`'s PSN was executed: move on, and acknowledge if asked to.
-fn accept(qp: &mut TransportQp, pkt: &RoceRepr<'_>, out: &mut Outputs) {
-    let psn = pkt.bth.psn;
-    qp.resp.epsn = psn.next();
-    if qp.qp_type != QpType::Rc {
-        return;
-    }
-    if pkt.bth.ack_req {
-        send_ack(qp, psn, AethRepr::ack(qp.resp.msn), out);
-    } else if pkt.bth.opcode.info().is_some_and(|i| i.is_last()) {
-        // The requester coalesces: this ACK is owed, but nobody waits for it. Only a
-        // message's end is owed one, as rxe acknowledges: an unasked ACK of a FIRST or
-        // MIDDLE packet can cover all a kernel rxe requester has sent while it waits for
-        // its window, leaving it no timer to recover with (docs/rxe-lab.md, issue 26).
-        out.owes_lazy_ack |= qp.resp.lazy_ack.is_none();
-        qp.resp.lazy_ack = Some((psn, qp.resp.msn));
-    }
-}
-
-/// Sends the ACK owed for requests accepted without an ACK request, if any is owed still:
-/// the driver calls it for the QPs that [`Outputs::owes_lazy_ack`] named, once the traffic
-/// pauses. Without it, such a requester's last unsignaled messages would wait for its
-/// retransmission timer.
-pub fn send_lazy_ack(qp: &mut TransportQp, out: &mut Outputs) {
-    let Some((psn, msn)) = qp.resp.lazy_ack.take() else {
-        return;
-    };
-    if matches!(
-        qp.state(),
-        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-    ) {
-        send_ack(qp, psn, AethRepr::ack(msn), out);
-    }
-}
-
-/// Completes a receive WQE (a SEND, or a WRITE with immediate) and counts the message.
-fn complete_recv(
-    qp: &mut TransportQp,
-    wr_id: u64,
-    opcode: WcOpcode,
-    byte_len: u32,
-    imm: Option<u32>,
-    out: &mut Outputs,
-) {
-    let mut wc = WorkCompletion {
-        wr_id,
-        status: WcStatus::Success,
-        opcode,
-        byte_len,
-        qp_num: qp.qpn,
-        src_qp: qp.attr.dest_qp_num,
-        ..WorkCompletion::default()
-    };
-    if let Some(imm) = imm {
-        wc.imm_data = imm;
-        wc.wc_flags = WcFlags::WITH_IMM;
-    }
-    out.completions.push(Completion {
-        target: CompletionTarget::Recv,
-        wc,
-    });
-    count_message(qp);
-}
-
-/// One more request message completed at the responder: the MSN that ACKs and responses
-/// carry counts them, modulo 2^24.
-fn count_message(qp: &mut TransportQp) {
-    qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
-}
-
-/// No receive WQE for a request that needs one: on RC the requester is told to wait
-/// `min_rnr_timer` and send it again; on UC the message is dropped.
-fn no_recv_wqe(qp: &mut TransportQp, psn: Psn, out: &mut Outputs) {
-    if qp.qp_type == QpType::Uc {
-        drop_rest_of_message(qp);
-        return;
-    }
-    send_rnr_nak(qp, psn, out);
-}
-
-/// Tells the requester to wait `min_rnr_timer` and send the request again.
-fn send_rnr_nak(qp: &mut TransportQp, psn: Psn, out: &mut Outputs) {
-    qp.counters.rnr_naks_sent += 1;
-    let nak = AethRepr::rnr_nak(qp.attr.min_rnr_timer, qp.resp.msn);
-    send_ack(qp, psn, nak, out);
-}
-
-/// Answers `psn` with a NAK, completes the receive WQE in progress (if any) with the given
-/// status, and moves the QP to ERR.
-fn nak_and_fail(
-    qp: &mut TransportQp,
-    psn: Psn,
-    code: NakCode,
-    failed_recv: Option<(u64, WcStatus)>,
-    out: &mut Outputs,
-) {
-    if qp.qp_type == QpType::Rc {
-        send_ack(qp, psn, AethRepr::nak(code, qp.resp.msn), out);
-    }
-    if qp.state() != QpState::Err {
-        out.events.push(AsyncEvent {
-            kind: error_event(code),
-            element: AsyncElement::Qp(qp.qpn),
-        });
-    }
-    if let Some((wr_id, status)) = failed_recv {
-        out.completions.push(Completion {
-            target: CompletionTarget::Recv,
-            wc: WorkCompletion {
-                wr_id,
-                status,
-                opcode: WcOpcode::Recv,
-                qp_num: qp.qpn,
-                src_qp: qp.attr.dest_qp_num,
-                ..WorkCompletion::default()
-            },
-        });
-    }
-    qp.enter_error(out);
-}
-
-/// The async event of a responder that fails a request with NAK `code` (IB spec 11.6.3, as
-/// hardware reports them; rxe raises none): an access violation is the requester's
-/// QP_ACCESS_ERR, an invalid request its QP_REQ_ERR, and a local failure of this side (a
-/// receive buffer it cannot write) is QP_FATAL.
-fn error_event(code: NakCode) -> AsyncEventKind {
-    match code {
-        NakCode::RemoteAccessError => AsyncEventKind::QpAccessErr,
-        NakCode::InvalidRequest => AsyncEventKind::QpReqErr,
-        _ => AsyncEventKind::QpFatal,
-    }
-}
-
-/// Sends an ACKNOWLEDGE packet carrying `aeth` for `psn`.
-fn send_ack(qp: &mut TransportQp, psn: Psn, aeth: AethRepr, out: &mut Outputs) {
-    let mut repr = RoceRepr::new(
-        BthRepr::new(Opcode::RC_ACKNOWLEDGE, qp.attr.dest_qp_num, psn),
-        &[],
-    );
-    repr.aeth = Some(aeth);
-    emit(qp, &repr, out);
-}
-
-/// Sends an ATOMIC ACKNOWLEDGE carrying the original value.
-fn send_atomic_ack(qp: &mut TransportQp, psn: Psn, orig: u64, out: &mut Outputs) {
-    let mut repr = RoceRepr::new(
-        BthRepr::new(Opcode::RC_ATOMIC_ACKNOWLEDGE, qp.attr.dest_qp_num, psn),
-        &[],
-    );
-    repr.aeth = Some(AethRepr::ack(qp.resp.msn));
-    repr.atomic_ack_eth = Some(AtomicAckEthRepr { orig });
-    emit(qp, &repr, out);
-}
-
-/// Like [`emit`], with the payload at `part` of registered memory (`None`: `repr`'s own):
-/// left there for a driver that reads it at send time, copied in otherwise. A part whose
-/// region went since it was checked sends nothing: the requester retries and meets the
-/// check again.
-fn emit_from_memory(
-    qp: &mut TransportQp,
-    repr: &RoceRepr<'_>,
-    part: Option<crate::memory::LocalSlice>,
-    env: &Env<'_>,
-    out: &mut Outputs,
-) {
-    let (Some(part), Some(path)) = (part, qp.path) else {
-        return emit(qp, repr, out);
-    };
-    let packet = if env.payload_by_reference {
-        OutPacket::build_by_reference(&path, repr, part)
-    } else {
-        OutPacket::build_filled(&path, repr, |buf| env.mem.read_slice(&part, buf))
-            .ok()
-            .flatten()
-    };
-    push_response(qp, repr, packet, out);
-}
-
-fn emit(qp: &mut TransportQp, repr: &RoceRepr<'_>, out: &mut Outputs) {
-    let Some(path) = qp.path else { return };
-    push_response(qp, repr, OutPacket::build(&path, repr), out);
-}
-
-fn push_response(
-    qp: &mut TransportQp,
-    repr: &RoceRepr<'_>,
-    packet: Option<OutPacket>,
-    out: &mut Outputs,
-) {
-    if repr.aeth.is_some() {
-        // Every ACK, NAK and response with an AETH acknowledges all requests before it.
-        qp.resp.lazy_ack = None;
-    }
-    if let Some(packet) = packet {
-        qp.counters.sent_responses += 1;
-        out.packets.push(packet);
     }
 }

@@ -5,7 +5,8 @@
 use softverbs_api::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 use super::address::GRH_BYTES;
-use super::output::{Completion, CompletionTarget, Env, Outputs};
+use super::env::Env;
+use super::outputs::{Completion, CompletionTarget, Outputs};
 use super::qp::TransportQp;
 use super::recv_queue;
 use crate::wire::{OpKind, OpcodeInfo, RoceRepr};

@@ -6,40 +6,21 @@ use softverbs_api::{
     QpCap, QpState, QpType, RecvWr, SendFlags, SendWr, VerbsError, VerbsResult, WrOpcode,
 };
 
+use crate::wire::wr_rule;
+
 /// Largest message a WR may carry (2^31 bytes, the IB limit).
 pub const MAX_MESSAGE_BYTES: u64 = 1 << 31;
 
-/// Whether `opcode` may be posted on a QP of `qp_type` (the table of ibv_post_send(3)).
+/// Whether `opcode` may be posted on a QP of `qp_type` (the table of ibv_post_send(3), as
+/// data in `wire::wr_table`).
 pub fn opcode_allowed(qp_type: QpType, opcode: WrOpcode) -> bool {
-    use WrOpcode::*;
-    match qp_type {
-        QpType::Ud => matches!(opcode, Send | SendWithImm),
-        QpType::Uc => matches!(
-            opcode,
-            Send | SendWithImm | RdmaWrite | RdmaWriteWithImm | LocalInv | BindMw | SendWithInv
-        ),
-        QpType::Rc => !matches!(opcode, Tso),
-    }
+    wr_rule(opcode).posted_on(qp_type)
 }
 
 /// Opcodes the emulator executes today; the rest of the table is refused with EOPNOTSUPP
 /// rather than accepted and mishandled.
 pub fn opcode_implemented(opcode: WrOpcode) -> bool {
-    matches!(
-        opcode,
-        WrOpcode::Send
-            | WrOpcode::SendWithImm
-            | WrOpcode::RdmaWrite
-            | WrOpcode::RdmaWriteWithImm
-            | WrOpcode::RdmaRead
-            | WrOpcode::AtomicCmpAndSwp
-            | WrOpcode::AtomicFetchAndAdd
-            | WrOpcode::AtomicWrite
-            | WrOpcode::Flush
-            | WrOpcode::SendWithInv
-            | WrOpcode::LocalInv
-            | WrOpcode::BindMw
-    )
+    wr_rule(opcode).implemented
 }
 
 /// Checks one send WR against the QP; `Ok` means it may be queued.
@@ -56,11 +37,13 @@ pub fn check_send_wr(qp_type: QpType, state: QpState, cap: &QpCap, wr: &SendWr) 
             wr.opcode
         )));
     }
-    if qp_type == QpType::Uc && wr.opcode == WrOpcode::SendWithInv {
-        // ibv_post_send(3) lists it for UC, but the IBTA defines no UC wire opcode for it.
-        return Err(VerbsError::NotSupported(
-            "SEND_WITH_INV has no UC opcode on the wire (IBTA): use RC".into(),
-        ));
+    if wr_rule(wr.opcode).lacks_wire_opcode(qp_type) {
+        // ibv_post_send(3) lists SEND_WITH_INV for UC, but the IBTA defines no UC wire
+        // opcode for it.
+        return Err(VerbsError::NotSupported(format!(
+            "{:?} has no {qp_type:?} opcode on the wire (IBTA): use RC",
+            wr.opcode
+        )));
     }
     if !opcode_implemented(wr.opcode) {
         return Err(VerbsError::NotSupported(format!(

@@ -22,6 +22,7 @@ pub mod psn;
 pub mod reth;
 pub mod roce;
 pub mod udp_port;
+pub mod wr_table;
 
 pub use aeth::{AethKind, AethPacket, AethRepr, NakCode, AETH_LEN};
 pub use atomic_ack_eth::{AtomicAckEthPacket, AtomicAckEthRepr, ATOMIC_ACK_ETH_LEN};
@@ -46,3 +47,4 @@ pub use roce::{RoceRepr, ICRC_LEN};
 pub use udp_port::{
     flow_label_udp_src_port, rc_udp_src_port, rdma_flow_label, ud_udp_src_port, ROCE_UDP_PORT,
 };
+pub use wr_table::{request_opcode, wr_rule, WrRule, WR_TABLE};

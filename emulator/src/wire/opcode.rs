@@ -1,6 +1,7 @@
 //! THE opcode table: for every BTH opcode we speak, its transport, kind, place in a message,
 //! the extension headers it carries and what it means to the responder. Header layout
-//! everywhere (parse, emit, offsets) is derived from this table.
+//! everywhere (parse, emit, offsets) is derived from this table. Its other half (which WR
+//! opcode a QP type may post, with which of these opcodes) is `wr_table`.
 //!
 //! Contents follow the IBTA opcode list as the Linux rxe driver implements it (RC, UC, UD,
 //! the RC FLUSH and ATOMIC WRITE extensions, and the RoCEv2 CNP). RD opcodes are left out

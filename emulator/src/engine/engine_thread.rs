@@ -1,18 +1,18 @@
-//! The engine thread of a device: receives datagrams, checks their ICRC, hands them to their
-//! QP, and fires transport deadlines. It is what makes the responder progress while the
-//! application sleeps.
+//! The engine thread of a device: receives datagrams (handing each to the receive
+//! pipeline, `receive`), fires per-QP transport deadlines and device-level timers, and
+//! shares the link with polling applications. It is what makes the responder progress
+//! while the application sleeps. `DeviceRuntime` owns the thread.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use softverbs_api::QpType;
+use std::thread::JoinHandle;
 
-use super::context::Device;
-use crate::net::icrc_check::{icrc_ok, ipv4_identification};
-use crate::net::DatagramView;
-use crate::transport::NetHeader;
-use crate::wire::RoceRepr;
+use softverbs_api::{VerbsError, VerbsResult};
+
+use super::device::Device;
+use super::receive_batch::LastReceive;
 
 /// Longest the thread sleeps in one receive: bounds how late a deadline armed by another
 /// thread (a post) can fire, and how long shutdown takes.
@@ -39,9 +39,6 @@ const APP_POLL_NAP_MAX: Duration = Duration::from_millis(1);
 /// Longest wait of [`wait_for_traffic`]: well under a nap, so that a waiting application
 /// keeps counting as polling.
 const APP_WAIT_MAX: Duration = Duration::from_micros(50);
-
-/// TTL of the IP packets our UDP sockets send (the Linux default).
-const DEFAULT_HOP_LIMIT: u8 = 64;
 
 /// The thread body; returns when the device shuts down.
 pub(crate) fn run(dev: &Arc<Device>) {
@@ -104,7 +101,7 @@ pub(crate) fn run(dev: &Arc<Device>) {
             };
             dev.link.recv(wait).map(|got| match got {
                 Some(datagram) => {
-                    handle_datagram(dev, datagram.view());
+                    dev.receive(datagram.view());
                     1
                 }
                 None => {
@@ -167,13 +164,6 @@ enum AckTiming {
     Deferred,
 }
 
-/// What the last receive from a device's link found, kept under `Device::rx_lock`.
-#[derive(Default)]
-pub(crate) struct LastReceive {
-    /// It found nothing: the link is idle, and a datagram found now is likely alone.
-    found_nothing: bool,
-}
-
 impl LastReceive {
     /// The datagrams the first round of the next receive asks for: one (and no more rounds)
     /// for an application thread after an empty receive, else a full batch.
@@ -209,13 +199,13 @@ fn receive_ready(
         let batch = if round == 0 { first_batch } else { RX_BATCH };
         // One clock read per batch of datagrams, not per datagram, and none for an empty
         // receive (see batch_now).
-        BATCH_NOW.with(|n| n.set(BatchClock::Unread));
+        super::receive_batch::BATCH_NOW.with(|n| n.set(super::receive_batch::BatchClock::Unread));
         match dev.link.recv_ready(batch, &mut |d| {
             if !holding {
                 super::ack_hold::begin();
                 holding = true;
             }
-            handle_datagram(dev, d);
+            dev.receive(d);
             // Whoever received the batch: a stream's window must not wait for its end.
             let mut due = super::ack_hold::datagram_handled();
             if !due.is_empty() && dev.port_active() {
@@ -234,7 +224,7 @@ fn receive_ready(
             }
         }
     }
-    BATCH_NOW.with(|n| n.set(BatchClock::Outside));
+    super::receive_batch::BATCH_NOW.with(|n| n.set(super::receive_batch::BatchClock::Outside));
     last.found_nothing = total == 0;
     // The newest ACK of each connection the batch acknowledged.
     let mut acks = if holding {
@@ -253,38 +243,6 @@ fn receive_ready(
         dev.send_packets(&mut acks);
     }
     result.map(|()| total)
-}
-
-/// The clock of the receive batch a thread is handling.
-#[derive(Clone, Copy)]
-enum BatchClock {
-    /// Not in a batch.
-    Outside,
-    /// In a batch that has not needed the time yet.
-    Unread,
-    /// In a batch, at this time.
-    At(u64),
-}
-
-thread_local! {
-    static BATCH_NOW: std::cell::Cell<BatchClock> = const { std::cell::Cell::new(BatchClock::Outside) };
-}
-
-/// The time for a transport call: inside a receive batch, the clock reading of the batch's
-/// first datagram, which the datagrams of one batch (at most [`RX_BATCH`], handled within
-/// microseconds) share, so a deadline armed by the last of them may be early by that much,
-/// far below any RC timer's resolution (a clock read per datagram showed as 6% of a
-/// receiving thread); outside one, the clock.
-pub(crate) fn batch_now(clock: &super::clock::Clock) -> u64 {
-    BATCH_NOW.with(|n| match n.get() {
-        BatchClock::At(t) => t,
-        BatchClock::Unread => {
-            let t = clock.now_ns();
-            n.set(BatchClock::At(t));
-            t
-        }
-        BatchClock::Outside => clock.now_ns(),
-    })
 }
 
 /// Receives in the calling (application) thread if the link is pollable and nobody else
@@ -338,56 +296,8 @@ fn note_app_poll(dev: &Device) {
     dev.app_polls.store(n.wrapping_add(1), Ordering::Relaxed);
 }
 
-fn handle_datagram(dev: &Device, d: DatagramView<'_>) {
-    if !dev.port_active() {
-        // Nothing arrives through a port that is down.
-        dev.counters.port_down_drops.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    if !icrc_ok(d) {
-        dev.counters.icrc_errors.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    let Ok((repr, _icrc)) = RoceRepr::parse(d.payload) else {
-        dev.counters.malformed.fetch_add(1, Ordering::Relaxed);
-        return;
-    };
-    let entry = dev.qps.read().get(&repr.bth.dest_qp).cloned();
-    let Some(entry) = entry else {
-        dev.counters.unknown_qp.fetch_add(1, Ordering::Relaxed);
-        return;
-    };
-    let rx = net_header(d);
-    dev.on_qp(&entry, Some(rx), |qp, env, out| {
-        // A connected QP takes packets only from its peer (rxe's check_addr): anyone else
-        // could otherwise inject data with a guessed PSN.
-        if let Some(path) = qp.path {
-            if qp.qp_type != QpType::Ud && path.dst_ip != d.src.ip() {
-                dev.counters.wrong_source.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-        }
-        dev.counters.delivered.fetch_add(1, Ordering::Relaxed);
-        qp.on_packet(&repr, env, out);
-    });
-}
-
-/// The IP header the datagram came with, as far as the link tells: a UDP socket reports
-/// neither TTL nor TOS, so those are what our own senders use (64 and 0); the IPv4
-/// identification is what the ICRC check verified (0 for DF senders such as softverbs).
-fn net_header(d: DatagramView<'_>) -> NetHeader {
-    NetHeader {
-        src: d.src.ip(),
-        dst: d.dst.ip(),
-        hop_limit: DEFAULT_HOP_LIMIT,
-        traffic_class: 0,
-        ipv4_identification: ipv4_identification(d).unwrap_or(0),
-        flow_label: 0,
-        udp_payload_len: d.payload.len(),
-    }
-}
-
-/// Fires every expired QP deadline; returns the earliest one still armed.
+/// Fires every expired QP deadline and device timer; returns the earliest deadline still
+/// armed.
 fn fire_timers(dev: &Device) -> u64 {
     let entries: Vec<_> = dev.qps.read().values().cloned().collect();
     let mut earliest = u64::MAX;
@@ -402,7 +312,42 @@ fn fire_timers(dev: &Device) -> u64 {
             earliest = earliest.min(d);
         }
     }
+    if let Some(d) = dev.timers.fire_due(dev.clock.now_ns()) {
+        earliest = earliest.min(d);
+    }
     earliest
+}
+
+/// Owns the engine thread of a device; dropping the last context stops it.
+pub(crate) struct DeviceRuntime {
+    pub(crate) device: Arc<Device>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl DeviceRuntime {
+    pub(crate) fn start(device: Arc<Device>) -> VerbsResult<DeviceRuntime> {
+        let worker_device = device.clone();
+        let worker = std::thread::Builder::new()
+            .name(format!("softverbs-{}", device.config.name))
+            .spawn(move || run(&worker_device))
+            .map_err(|e| VerbsError::Io {
+                errno: e.raw_os_error().unwrap_or(libc::EAGAIN),
+                message: format!("spawning the engine thread: {e}"),
+            })?;
+        Ok(DeviceRuntime {
+            device,
+            worker: Some(worker),
+        })
+    }
+}
+
+impl Drop for DeviceRuntime {
+    fn drop(&mut self) {
+        self.device.shutdown.store(true, Ordering::Release);
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Batched datagram syscalls socket2 does not offer: sendmmsg(2), recvmmsg(2), and the UDP
-//! GSO / GRO socket options. FFI, like [`super::sys`]: one of the places the emulator may
-//! use `unsafe`; everything it exports is safe.
+//! GSO / GRO socket options. FFI, like `super::socket_options`: one of the modules the crate docs
+//! allow `unsafe` (see "Unsafe" there); everything it exports is safe.
 //!
 //! Why: one syscall per datagram is most of what a soft-RoCE data path costs. Batching
 //! amortises the syscall entry over up to [`MAX_BATCH`] datagrams; GSO lets the kernel cut
@@ -410,7 +410,7 @@ fn gro_segment(hdr: &libc::msghdr) -> usize {
 /// as datagrams of `segment_bytes` (the last may be shorter). `Unsupported`-style errors
 /// (ENOPROTOOPT, EINVAL) on kernels without it: the caller falls back.
 pub fn set_udp_segment(socket: &impl AsRawFd, segment_bytes: u16) -> io::Result<()> {
-    super::sys::set_int_option(
+    super::socket_options::set_int_option(
         socket,
         libc::SOL_UDP,
         libc::UDP_SEGMENT,
@@ -421,7 +421,7 @@ pub fn set_udp_segment(socket: &impl AsRawFd, segment_bytes: u16) -> io::Result<
 /// Turns on UDP GRO receive coalescing: one receive may return several equal datagrams
 /// back to back.
 pub fn set_udp_gro(socket: &impl AsRawFd, on: bool) -> io::Result<()> {
-    super::sys::set_int_option(socket, libc::SOL_UDP, libc::UDP_GRO, on as libc::c_int)
+    super::socket_options::set_int_option(socket, libc::SOL_UDP, libc::UDP_GRO, on as libc::c_int)
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! Socket options socket2 does not offer, set through libc: this module is FFI, one of the
-//! two places (with `memory`) where the emulator may use `unsafe`.
+//! modules the crate docs allow `unsafe` (see "Unsafe" there).
 #![allow(unsafe_code)]
 
 use std::io;

@@ -1,0 +1,181 @@
+//! The data path of a device: a transport call on a QP under its lock, and the delivery
+//! of what it produced (packets to the link, completions to CQs, async events), with the
+//! ACK hold of a receive batch (`ack_hold`) and the deferred and lazy ACKs.
+
+use std::io;
+use std::sync::atomic::Ordering;
+
+use softverbs_api::{AsyncElement, AsyncEvent, AsyncEventKind};
+
+use super::device::{Device, QpEntry};
+use crate::transport::{
+    CallTime, CompletionTarget, Env, NetHeader, OutPacket, Outputs, TransportQp,
+};
+
+thread_local! {
+    /// One emptied [`Outputs`] per thread, reused by the next transport call.
+    static SPARE_OUTPUTS: std::cell::Cell<Option<Outputs>> = const { std::cell::Cell::new(None) };
+}
+
+impl Device {
+    /// Runs a transport call on the QP of `entry` under its lock, with the environment it
+    /// needs (memory, address handles, its SRQ, the received packet's IP header), and
+    /// delivers what the call produced.
+    pub(crate) fn on_qp<R>(
+        &self,
+        entry: &QpEntry,
+        rx: Option<NetHeader>,
+        call: impl FnOnce(&mut TransportQp, &Env<'_>, &mut Outputs) -> R,
+    ) -> R {
+        let ahs = self.ahs.read();
+        let mut qp = entry.qp.lock();
+        let read_clock = || super::receive_batch::batch_now(&self.clock);
+        let env = Env {
+            mem: &self.mem,
+            now: CallTime::when_needed(&read_clock),
+            srq: entry.srq.as_deref(),
+            ahs: Some(&ahs),
+            rx,
+            // send_packets reads payloads from memory at send time (see there).
+            payload_by_reference: true,
+        };
+        // The vectors of the last call's outputs (emptied by deliver), so a call allocates
+        // nothing to return its packets and completions.
+        let mut out = SPARE_OUTPUTS.with(|s| s.take()).unwrap_or_default();
+        let result = call(&mut qp, &env, &mut out);
+        self.deliver(entry, &qp, &mut out);
+        if out.is_empty() {
+            SPARE_OUTPUTS.with(|s| s.set(Some(out)));
+        }
+        result
+    }
+
+    /// Sends the deferred ACKs, if any (see `ack_hold`).
+    pub(crate) fn flush_deferred_acks(&self) {
+        if self.deferred_acks.pending() {
+            let mut none = Vec::new();
+            if self.port_active() {
+                self.send_packets(&mut none);
+            } else {
+                self.deferred_acks.take_into(&mut none);
+                for p in none {
+                    crate::net::packet_pool::give(p.bytes);
+                }
+            }
+        }
+    }
+
+    /// Sends the ACKs that QPs owe for requests that asked for none (see `LazyAcks`), all
+    /// in one send call. For the engine thread, when the traffic pauses.
+    pub(crate) fn flush_lazy_acks(&self) {
+        if !self.lazy_acks.pending() {
+            return;
+        }
+        super::ack_hold::begin();
+        for qpn in self.lazy_acks.take() {
+            let entry = self.qps.read().get(&qpn).cloned();
+            if let Some(entry) = entry {
+                self.on_qp(&entry, None, |qp, _env, out| qp.send_lazy_ack(out));
+            }
+        }
+        let mut acks = super::ack_hold::end();
+        if self.port_active() {
+            self.send_packets(&mut acks);
+        }
+    }
+
+    /// Sends the packets, queues the completions (raising completion events and CQ_ERR)
+    /// and the async events a transport call produced.
+    pub(crate) fn deliver(&self, entry: &QpEntry, qp: &TransportQp, out: &mut Outputs) {
+        if self.port_active() {
+            if !out.packets.is_empty() {
+                // Inside a receive batch, plain ACKs wait for its end (see ack_hold).
+                let mut superseded = Vec::new();
+                let mut first = super::ack_hold::hold(&mut out.packets, &mut superseded);
+                for bytes in superseded {
+                    crate::net::packet_pool::give(bytes);
+                }
+                // One send call for all of it (deferred ACKs join in send_packets).
+                if first.is_empty() {
+                    self.send_packets(&mut out.packets);
+                } else {
+                    first.append(&mut out.packets);
+                    self.send_packets(&mut first);
+                }
+            }
+        } else {
+            // A port that is down sends nothing, like an unplugged cable: reliable QPs
+            // retransmit once it is up again (or run out of retries).
+            let n = out.packets.drain(..).count() as u64;
+            self.counters
+                .port_down_drops
+                .fetch_add(n, Ordering::Relaxed);
+        }
+        // Events about the QP, or about its SRQ (which belongs to the same context). Queued
+        // before the completions, so that a consumer who sees an error completion finds the
+        // event that went with it already there.
+        for event in out.events.drain(..) {
+            self.raise_async(entry.owner, event);
+        }
+        for c in out.completions.drain(..) {
+            let cq = match c.target {
+                CompletionTarget::Send => &entry.send_cq,
+                CompletionTarget::Recv => &entry.recv_cq,
+            };
+            // One packet per call: its SE bit belongs to the receive completion it made.
+            let solicited = out.solicited && c.target == CompletionTarget::Recv;
+            if cq.push(c.wc, solicited) {
+                let event = AsyncEvent {
+                    kind: AsyncEventKind::CqErr,
+                    element: AsyncElement::Cq(cq.id()),
+                };
+                self.raise_async(cq.owner(), event);
+            }
+        }
+        out.solicited = false;
+        out.entered_error = false;
+        if std::mem::take(&mut out.owes_lazy_ack) {
+            self.lazy_acks.owe(qp.qpn);
+        }
+        if let Some(d) = qp.next_deadline_ns() {
+            self.deadline_hint_ns.fetch_min(d, Ordering::AcqRel);
+        }
+    }
+
+    /// Sends `packets` (emptying the vector) and recycles their buffers.
+    pub(crate) fn send_packets(&self, packets: &mut Vec<OutPacket>) {
+        // Deferred ACKs join in the same call (behind the requests, see take_into).
+        self.deferred_acks.take_into(packets);
+        if packets.is_empty() {
+            return;
+        }
+        let sent = if packets.iter().any(|p| p.payload.is_some()) {
+            self.send_from_memory(packets)
+        } else {
+            self.link.send_batch(packets)
+        };
+        if let Err(e) = sent {
+            self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(device = %self.config.name, error = %e, "send failed");
+        }
+        for p in packets.drain(..) {
+            crate::net::packet_pool::give(p.bytes);
+        }
+    }
+
+    /// Sends packets of which some left their payload in registered memory: the table is
+    /// held for reading across the send, so no region goes away while the link (or the
+    /// kernel) reads it. A packet whose region went since it was built (deregistered
+    /// meanwhile) is dropped like a lost packet: the requester's retry finds the SGE
+    /// invalid and completes the WQE in error.
+    fn send_from_memory(&self, packets: &mut Vec<OutPacket>) -> io::Result<()> {
+        let reader = self.mem.reader();
+        let (payloads, gone) = crate::transport::payloads_in_memory(packets, &reader);
+        if gone > 0 {
+            self.counters
+                .payload_gone_drops
+                .fetch_add(gone as u64, Ordering::Relaxed);
+        }
+        self.link.send_batch_from(packets, &payloads)
+    }
+}

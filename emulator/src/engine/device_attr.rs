@@ -1,0 +1,80 @@
+//! What a device reports about itself: `query_device`, `query_port`, `query_gid`.
+
+use softverbs_api::{
+    DeviceAttr, Gid, GidEntry, GidType, Mtu, PortAttr, PortState, VerbsError, VerbsResult,
+};
+
+use super::device::Device;
+use super::limits::*;
+
+impl Device {
+    /// What `query_device` reports.
+    pub(crate) fn device_attr(&self) -> DeviceAttr {
+        let guid = self.config.node_guid();
+        DeviceAttr {
+            fw_ver: env!("CARGO_PKG_VERSION").to_string(),
+            node_guid: guid,
+            sys_image_guid: guid,
+            max_mr_size: u64::MAX,
+            vendor_id: 0x00ff_ffff,
+            vendor_part_id: 0,
+            hw_ver: 0,
+            max_qp: MAX_QP,
+            max_qp_wr: MAX_QP_WR,
+            max_sge: MAX_SGE,
+            max_cq: MAX_CQ,
+            max_cqe: MAX_CQE,
+            max_mr: MAX_MR,
+            max_pd: MAX_PD,
+            max_qp_rd_atom: MAX_RD_ATOMIC,
+            max_qp_init_rd_atom: MAX_RD_ATOMIC,
+            max_srq: MAX_SRQ,
+            max_srq_wr: MAX_SRQ_WR,
+            max_srq_sge: MAX_SRQ_SGE,
+            max_ah: MAX_AH,
+            max_inline_data: MAX_INLINE_DATA,
+            phys_port_cnt: 1,
+        }
+    }
+
+    /// What `query_port` reports for port `port_num` (there is one port, 1).
+    pub(crate) fn port_attr(&self, port_num: u8) -> VerbsResult<PortAttr> {
+        if port_num != 1 {
+            return Err(VerbsError::inval(format!("no port {port_num} (ports: 1)")));
+        }
+        Ok(PortAttr {
+            state: if self.port_active() {
+                PortState::Active
+            } else {
+                PortState::Down
+            },
+            max_mtu: Mtu::Mtu4096,
+            active_mtu: self.active_mtu(),
+            gid_tbl_len: 2,
+            pkey_tbl_len: 1,
+            max_msg_sz: 1 << 31,
+            link_layer_ethernet: true,
+        })
+    }
+
+    /// Entry `index` of port `port_num`'s GID table: the link-local GID of the device's MAC,
+    /// then the GID of its IP address.
+    pub(crate) fn gid_entry(&self, port_num: u8, index: u32) -> VerbsResult<GidEntry> {
+        self.port_attr(port_num)?;
+        let gid = match index {
+            0 => Gid::link_local_from_mac(self.config.mac()),
+            1 => Gid::from_ip(self.config.ip),
+            _ => {
+                return Err(VerbsError::inval(format!(
+                    "GID index {index} beyond the table (2)"
+                )))
+            }
+        };
+        Ok(GidEntry {
+            gid,
+            gid_index: index,
+            port_num,
+            gid_type: GidType::RoceV2,
+        })
+    }
+}

@@ -1,0 +1,139 @@
+//! Engine tests that need a whole device: the GSI slot of the receive pipeline and the
+//! device-level timers, on a device of an in-process channel network.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::config::DeviceConfig;
+use super::context::EmuContext;
+use super::device::Device;
+use super::engine_thread::DeviceRuntime;
+use super::gsi::GsiHandler;
+use crate::net::channel::{ChannelLink, ChannelNetwork};
+use crate::net::Link;
+use crate::transport::{OutPacket, PathInfo};
+use crate::wire::{BthRepr, DethRepr, Opcode, Psn, RoceRepr};
+
+const DEVICE_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 1));
+const PEER_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 2));
+
+/// A device on a fresh channel network, and a raw endpoint of that network to send from.
+fn device_and_peer() -> (EmuContext, ChannelLink) {
+    let net = ChannelNetwork::new();
+    let link = net.attach(SocketAddr::new(DEVICE_IP, 4791)).unwrap();
+    let peer = net.attach(SocketAddr::new(PEER_IP, 4791)).unwrap();
+    let device = Device::new(DeviceConfig::new("engine-test", DEVICE_IP), Box::new(link));
+    let runtime = DeviceRuntime::start(Arc::new(device)).unwrap();
+    (EmuContext::new(Arc::new(runtime)).unwrap(), peer)
+}
+
+/// Sends a UD SEND ONLY to QP `qpn` of the device, from the peer.
+fn send_ud(peer: &ChannelLink, qpn: u32, payload: &[u8]) {
+    let mut repr = RoceRepr::new(
+        BthRepr::new(Opcode::UD_SEND_ONLY, qpn, Psn::new(7)),
+        payload,
+    );
+    repr.deth = Some(DethRepr {
+        qkey: 0x8001_0000,
+        src_qp: 1,
+    });
+    let path = PathInfo {
+        dst_ip: DEVICE_IP,
+        udp_dst_port: 4791,
+        udp_src_port: 0xc001,
+    };
+    let mut packet = OutPacket::build(&path, &repr).unwrap();
+    peer.send(&mut packet).unwrap();
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Records what reached QP1.
+#[derive(Default)]
+struct Recorder {
+    got: Mutex<Vec<(u32, Vec<u8>, SocketAddr)>>,
+}
+
+impl GsiHandler for Recorder {
+    fn on_gsi_packet(&self, packet: &RoceRepr<'_>, from: SocketAddr) {
+        let src_qp = packet.deth.map_or(0, |d| d.src_qp);
+        self.got
+            .lock()
+            .push((src_qp, packet.payload.to_vec(), from));
+    }
+}
+
+#[test]
+fn qp1_packets_are_counted_and_dropped_until_a_gsi_handler_takes_them() {
+    let (ctx, peer) = device_and_peer();
+    let counters = ctx.counters();
+    send_ud(&peer, 1, b"cm mad 1");
+    wait_until("the unhandled GSI packet", || {
+        counters.gsi_unhandled.load(Ordering::Relaxed) == 1
+    });
+    assert_eq!(counters.unknown_qp.load(Ordering::Relaxed), 0);
+
+    let recorder = Arc::new(Recorder::default());
+    ctx.set_gsi_handler(Some(recorder.clone()));
+    send_ud(&peer, 1, b"cm mad 2");
+    wait_until("the handled GSI packet", || !recorder.got.lock().is_empty());
+    let got = recorder.got.lock().clone();
+    assert_eq!(
+        got,
+        [(1, b"cm mad 2".to_vec(), SocketAddr::new(PEER_IP, 0xc001))]
+    );
+    assert_eq!(counters.gsi_delivered.load(Ordering::Relaxed), 1);
+    assert_eq!(counters.gsi_unhandled.load(Ordering::Relaxed), 1);
+
+    // A QP number nobody has is still an unknown QP.
+    send_ud(&peer, 0x4242, b"nobody");
+    wait_until("the unknown QP", || {
+        counters.unknown_qp.load(Ordering::Relaxed) == 1
+    });
+    ctx.set_gsi_handler(None);
+    send_ud(&peer, 1, b"cm mad 3");
+    wait_until("unhandled again", || {
+        counters.gsi_unhandled.load(Ordering::Relaxed) == 2
+    });
+    assert_eq!(recorder.got.lock().len(), 1);
+}
+
+#[test]
+fn device_timers_run_on_the_engine_thread_once_due_and_not_once_cancelled() {
+    let (ctx, _peer) = device_and_peer();
+    let fired = Arc::new(Mutex::new(Vec::new()));
+    let job = |tag: u32| -> super::TimerJob {
+        let fired = fired.clone();
+        Box::new(move |_now| {
+            let thread = std::thread::current().name().map(str::to_string);
+            fired.lock().push((tag, thread));
+        })
+    };
+    let started = Instant::now();
+    ctx.schedule_device_timer(Duration::from_millis(20), job(2))
+        .unwrap();
+    let cancelled = ctx
+        .schedule_device_timer(Duration::from_millis(10), job(9))
+        .unwrap();
+    ctx.schedule_device_timer(Duration::from_millis(5), job(1))
+        .unwrap();
+    assert!(ctx.cancel_device_timer(cancelled));
+    wait_until("both timers", || fired.lock().len() == 2);
+    assert!(started.elapsed() >= Duration::from_millis(20));
+    let engine = Some("softverbs-engine-test".to_string());
+    assert_eq!(*fired.lock(), [(1, engine.clone()), (2, engine)]);
+    assert!(!ctx.cancel_device_timer(cancelled));
+}
