@@ -842,6 +842,15 @@ impl Outcome {
             // Shown with --nocapture or on failure: what the faults amounted to.
             eprintln!("device {who}: {own:?}, {errors} ICRC errors received; QP {qp:?}");
             assert!(own.dropped > 0, "device {who} dropped nothing: {own:?}");
+            // The pair's QPs are gone; the device's totals still hold what they counted.
+            let totals = ctx.emulator().expect("emulated").transport_totals();
+            assert!(
+                totals.retransmitted_packets >= qp.retransmitted_packets
+                    && totals.sent_requests >= qp.sent_requests
+                    && totals.duplicate_requests >= qp.duplicate_requests
+                    && qp.sent_requests > 0,
+                "device {who}'s totals {totals:?} lost its QP's {qp:?}"
+            );
             assert!(
                 errors <= peer.corrupted,
                 "device {who} saw {errors} ICRC errors, its peer corrupted {peer:?}"

@@ -129,14 +129,28 @@ fn details(info: &DeviceInfo) -> VerbsResult<Details> {
     })
 }
 
-/// The emulated device's counters, by name (none for an rdma-core device).
+/// The emulated device's counters, by name (none for an rdma-core device): the transport's,
+/// added up over every QP the device has had, then the receive path's drops and errors.
 fn counters(ctx: &Context) -> Vec<(&'static str, u64)> {
     use std::sync::atomic::Ordering::Relaxed;
     let Some(emu) = ctx.emulator() else {
         return Vec::new();
     };
     let c = emu.counters();
+    let t = emu.transport_totals();
     vec![
+        ("sent_requests", t.sent_requests),
+        ("sent_responses", t.sent_responses),
+        ("received_packets", t.received_packets),
+        ("retransmitted_packets", t.retransmitted_packets),
+        ("ack_timeouts", t.ack_timeouts),
+        ("rnr_naks_sent", t.rnr_naks_sent),
+        ("rnr_naks_received", t.rnr_naks_received),
+        ("seq_err_naks_sent", t.seq_err_naks_sent),
+        ("seq_err_naks_received", t.seq_err_naks_received),
+        ("duplicate_requests", t.duplicate_requests),
+        ("qp_dropped_packets", t.dropped_packets),
+        ("qkey_violations", t.qkey_violations),
         ("delivered_packets", c.delivered.load(Relaxed)),
         ("icrc_errors", c.icrc_errors.load(Relaxed)),
         ("malformed_drops", c.malformed.load(Relaxed)),

@@ -4,7 +4,8 @@
 //! or lossy run says why.
 
 use softverbs::Context;
-use softverbs_emu::engine::registry::{fault_counters, FAULTS_ENV};
+use softverbs_emu::engine::device_list::FAULTS_ENV;
+use softverbs_emu::engine::registry::fault_counters;
 
 /// Retries and NAKs of a run, summed over its QPs.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

@@ -10,11 +10,11 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::IpAddr;
 
 use super::config::CmConfig;
-use super::conn::{Conn, ConnState};
+use super::conn::{Conn, ConnInfo, ConnState};
 use super::counters::CmCounters;
 use super::ids::IdGen;
-use super::sidr::Sidr;
-use super::types::{CmError, CmEvent, CmEventKind, CmId, CmOutput, ConnInfo, QpRequest};
+use super::sidr_state::Sidr;
+use super::types::{CmError, CmEvent, CmEventKind, CmId, CmOutput, QpRequest};
 use crate::wire::cm::{CmMad, CmMessage, MadError, PortSpace};
 
 /// The CM of one device.

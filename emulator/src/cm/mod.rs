@@ -22,18 +22,18 @@ mod ids;
 mod manager;
 mod passive;
 mod sidr;
+mod sidr_state;
 mod teardown;
 pub mod timing;
 mod types;
 
 pub use active::ConnectParams;
 pub use config::{private_data_max, CmConfig};
-pub use conn::ConnState;
+pub use conn::{ConnInfo, ConnState};
 pub use counters::CmCounters;
 pub use manager::CmManager;
 pub use passive::AcceptParams;
-pub use sidr::SidrState;
+pub use sidr_state::SidrState;
 pub use types::{
-    CmError, CmEvent, CmEventKind, CmId, CmOutput, ConnInfo, QpRequest, Rejection, Role, RtrAttrs,
-    RtsAttrs,
+    CmError, CmEvent, CmEventKind, CmId, CmOutput, QpRequest, Rejection, Role, RtrAttrs, RtsAttrs,
 };

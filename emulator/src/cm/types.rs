@@ -10,27 +10,6 @@ use crate::wire::cm::CmaHdr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CmId(pub u32);
 
-/// A snapshot of one connection, for the engine and for diagnostics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ConnInfo {
-    /// Protocol state.
-    pub state: super::conn::ConnState,
-    /// Which side.
-    pub role: Role,
-    /// The peer's address.
-    pub peer: IpAddr,
-    /// The service ID connected to.
-    pub service_id: u64,
-    /// The local QP (0 until accepted on the passive side).
-    pub local_qpn: u32,
-    /// The peer's QP (0 until known).
-    pub remote_qpn: u32,
-    /// First PSN this side sends (0 until known on the active side).
-    pub sq_psn: u32,
-    /// First PSN this side expects.
-    pub rq_psn: u32,
-}
-
 /// Which side of a connection this end is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {

@@ -4,10 +4,12 @@ use std::net::{IpAddr, SocketAddr};
 
 use softverbs_api::{VerbsError, VerbsResult};
 
-use super::registry::DEVICES_ENV;
 use crate::net::channel::ChannelNetwork;
 use crate::net::fault::FaultSetting;
 use crate::transport::qp::ROCE_UDP_PORT;
+
+/// The environment variable listing emulated devices (see [`DeviceConfig::parse_list`]).
+pub const DEVICES_ENV: &str = "SOFTVERBS_DEVICES";
 
 /// Which link a device sends through.
 #[derive(Clone, Default)]

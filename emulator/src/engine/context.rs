@@ -179,6 +179,12 @@ impl EmuContext {
         &self.dev().counters
     }
 
+    /// The transport counters of every QP this device has had, live and destroyed, added
+    /// up: retransmissions, ACK timeouts, RNR and sequence-error NAKs, duplicates ...
+    pub fn transport_totals(&self) -> crate::transport::Counters {
+        self.dev().transport_totals()
+    }
+
     /// The transport counters of QP `qpn`.
     pub fn qp_counters(&self, qpn: u32) -> VerbsResult<crate::transport::Counters> {
         Ok(self.dev().qp_entry(qpn)?.qp.lock().counters)
@@ -381,6 +387,9 @@ impl VerbsContext for EmuContext {
             .remove(&qpn)
             .ok_or_else(|| VerbsError::NotFound(format!("no QP {qpn:#x}")))?;
         dev.forget_async(entry.owner, AsyncElement::Qp(qpn));
+        dev.retired_qp_counters
+            .lock()
+            .add(&entry.qp.lock().counters);
         // Type 2 windows bound through it can never be used again: free their regions.
         dev.mem.release_qp_windows(qpn);
         Ok(())

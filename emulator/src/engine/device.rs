@@ -13,6 +13,8 @@ use softverbs_api::{
     WorkCompletion,
 };
 
+use crate::transport::Counters;
+
 use super::async_events::AsyncEventQueue;
 use super::clock::Clock;
 use super::config::{DeviceConfig, LinkConfig};
@@ -76,6 +78,9 @@ pub struct Device {
     pub(crate) pds: Mutex<HashMap<u32, ()>>,
     pub(crate) cqs: RwLock<HashMap<u32, Arc<CompletionQueue>, IdHash>>,
     pub(crate) qps: RwLock<HashMap<u32, Arc<QpEntry>, IdHash>>,
+    /// The transport counters of the QPs destroyed so far, so that the device's totals
+    /// ([`EmuContext::transport_totals`](super::EmuContext::transport_totals)) keep them.
+    pub(crate) retired_qp_counters: Mutex<Counters>,
     pub(crate) srqs: RwLock<HashMap<u32, Arc<Mutex<SharedRecvQueue>>>>,
     pub(crate) ahs: RwLock<AhTable>,
     /// Port 1 is up (see `EmuContext::set_port_active`).
@@ -112,6 +117,7 @@ impl Device {
             pds: Mutex::new(HashMap::new()),
             cqs: RwLock::new(HashMap::default()),
             qps: RwLock::new(HashMap::default()),
+            retired_qp_counters: Mutex::new(Counters::default()),
             srqs: RwLock::new(HashMap::new()),
             ahs: RwLock::new(AhTable::default()),
             port_active: AtomicBool::new(true),
@@ -122,6 +128,15 @@ impl Device {
             next_cq: AtomicU32::new(1),
             next_qpn: AtomicU32::new(FIRST_QPN),
         }
+    }
+
+    /// The transport counters of every QP this device has had, live and destroyed.
+    pub(crate) fn transport_totals(&self) -> Counters {
+        let mut totals = *self.retired_qp_counters.lock();
+        for entry in self.qps.read().values() {
+            totals.add(&entry.qp.lock().counters);
+        }
+        totals
     }
 
     pub(crate) fn active_mtu(&self) -> Mtu {

@@ -10,8 +10,7 @@ use softverbs_api::{VerbsError, VerbsResult};
 use super::config::{DeviceConfig, LinkConfig};
 use crate::transport::qp::ROCE_UDP_PORT;
 
-/// The environment variable listing emulated devices (see [`DeviceConfig::parse_list`]).
-pub const DEVICES_ENV: &str = "SOFTVERBS_DEVICES";
+pub use super::config::DEVICES_ENV;
 
 /// The environment variable giving fault injection to every device of [`DEVICES_ENV`] (or of
 /// the default list), e.g. `loss=100,burst=50,burst_max=4,dup=50,reorder=50,corrupt=10,seed=7`

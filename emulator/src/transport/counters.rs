@@ -31,3 +31,37 @@ pub struct Counters {
     /// Send WQEs that completed successfully, signaled or not: they left the send queue.
     pub completed_sends: u64,
 }
+
+impl Counters {
+    /// Adds `other`'s counts to these (a device's totals over its QPs).
+    pub fn add(&mut self, other: &Counters) {
+        let Counters {
+            sent_requests,
+            sent_responses,
+            received_packets,
+            retransmitted_packets,
+            ack_timeouts,
+            rnr_naks_sent,
+            rnr_naks_received,
+            seq_err_naks_sent,
+            seq_err_naks_received,
+            duplicate_requests,
+            dropped_packets,
+            qkey_violations,
+            completed_sends,
+        } = *other;
+        self.sent_requests += sent_requests;
+        self.sent_responses += sent_responses;
+        self.received_packets += received_packets;
+        self.retransmitted_packets += retransmitted_packets;
+        self.ack_timeouts += ack_timeouts;
+        self.rnr_naks_sent += rnr_naks_sent;
+        self.rnr_naks_received += rnr_naks_received;
+        self.seq_err_naks_sent += seq_err_naks_sent;
+        self.seq_err_naks_received += seq_err_naks_received;
+        self.duplicate_requests += duplicate_requests;
+        self.dropped_packets += dropped_packets;
+        self.qkey_violations += qkey_violations;
+        self.completed_sends += completed_sends;
+    }
+}

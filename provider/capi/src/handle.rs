@@ -145,7 +145,7 @@ impl SvContext {
         let n = self.emu.poll_cq(cq.cq.cq.handle, out)?;
         if n == 0 {
             let empty = cq.empty_polls.fetch_add(1, Ordering::Relaxed) + 1;
-            if empty % EMPTY_POLLS_BEFORE_WAIT == 0 {
+            if empty.is_multiple_of(EMPTY_POLLS_BEFORE_WAIT) {
                 self.emu
                     .wait_for_traffic(std::time::Duration::from_micros(20));
             }

@@ -11,9 +11,18 @@ use std::time::{Duration, Instant};
 /// The library cargo built for this package (target/<profile>/libsoftverbs_ibverbs.so).
 pub fn built_library() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
-    // target/<profile>/deps/<test> -> target/<profile>
-    let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
-    profile_dir.join("libsoftverbs_ibverbs.so")
+    // target/<profile>/deps/<test>: `cargo test` leaves the library it built for the tests
+    // beside them in deps/ (only `cargo build` copies it up to target/<profile>/, and a
+    // copy there may be stale or absent on a fresh clone).
+    let deps = exe.parent().expect("deps dir");
+    let library = deps.join("libsoftverbs_ibverbs.so");
+    assert!(
+        library.is_file(),
+        "the drop-in library is not at {}: without it the programs would load the \
+         system's libibverbs instead",
+        library.display()
+    );
+    library
 }
 
 /// A directory holding `libibverbs.so.1` (a link to the built library), for LD_LIBRARY_PATH.
