@@ -10,7 +10,9 @@
 //!    pool, fault injection, pcap), then [`transport`] (sans-I/O per-QP state machines:
 //!    requester, responder, completer, each owning its state), which builds `net`'s packets
 //!    but never sends them.
-//! 3. [`engine`] (threads, the clock, the device tables; drives the transport), and [`sim`]
+//! 3. [`cm`] (the sans-I/O connection manager: CM MADs in, MADs, QP-modify requests and
+//!    events out; it never writes transport state), beside the transport.
+//! 4. [`engine`] (threads, the clock, the device tables; drives the transport), and [`sim`]
 //!    (the deterministic harness, which drives the transport with a virtual clock).
 //!
 //! # Map of the emulator
@@ -32,6 +34,10 @@
 //! → `transport::requester::segment` (segments into packets, `wire::roce` emits them into
 //! `net::packet` buffers) → `engine::datapath::send_packets` (with `engine::ack_hold`)
 //! → `net::Link::send_batch` (writes the ICRC, sends).
+//!
+//! Connection manager (not yet wired to a device): CM MADs arrive on QP1 through
+//! `engine::gsi`; `wire::cm` parses them and `cm::manager` runs the state machines
+//! (`cm::active`, `cm::passive`, `cm::teardown`, `cm::sidr`).
 //!
 //! Timers: per-QP deadlines live in `transport::timers` and fire through
 //! `transport::qp_calls::on_timer`; device-level timers (`engine::device_timers`) run jobs
