@@ -11,7 +11,14 @@
 use parking_lot::Mutex;
 use softverbs_api::{AccessFlags, SendFlags, SendWr, Sge};
 
-use crate::handle::SvContext;
+/// What the copies need of a context: its backend, and the lkey of a registered region
+/// that covers some bytes (the context's handle table, one layer up, provides it).
+pub trait RegionLookup {
+    /// The backend the copies are registered with and posted to.
+    fn backend(&self) -> &dyn softverbs_api::VerbsContext;
+    /// The lkey of a region registered by the application that covers `[addr, addr + len)`.
+    fn lkey_covering(&self, addr: u64, len: u64) -> Option<u32>;
+}
 
 /// A per-QP ring of registered 8-byte slots.
 pub struct AtomicRing {
@@ -34,7 +41,13 @@ impl AtomicRing {
 
     /// Copies `value` into the next slot (registering the ring in `pd` with room for
     /// `2 * depth` values on first use) and gives the SGE that reads it.
-    pub fn stage(&self, ctx: &SvContext, pd: u32, depth: u32, value: u64) -> Result<Sge, i32> {
+    pub fn stage(
+        &self,
+        ctx: &dyn RegionLookup,
+        pd: u32,
+        depth: u32,
+        value: u64,
+    ) -> Result<Sge, i32> {
         let mut guard = self.slots.lock();
         if guard.is_none() {
             let n = (depth.max(1) as usize) * 2;
@@ -66,7 +79,7 @@ impl AtomicRing {
     }
 
     /// Deregisters the ring (when its QP is destroyed).
-    pub fn release(&self, ctx: &SvContext) {
+    pub fn release(&self, ctx: &dyn RegionLookup) {
         if let Some(ring) = self.slots.lock().take() {
             // Deregister before the buffer is freed at the end of this scope.
             let _ = ctx.backend().dereg_mr(ring.lkey);
@@ -77,7 +90,7 @@ impl AtomicRing {
 /// Posts `wrs` on QP `qpn`, first copying the inline data that lies in no registered region
 /// into a region registered (in `pd`) for the duration of the call.
 pub fn post_send(
-    ctx: &SvContext,
+    ctx: &dyn RegionLookup,
     pd: u32,
     qpn: u32,
     mut wrs: Vec<SendWr>,

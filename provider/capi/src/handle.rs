@@ -197,3 +197,13 @@ pub struct Building {
     /// The first error a builder call met (reported by `wr_complete`).
     pub error: Option<i32>,
 }
+
+impl crate::bounce::RegionLookup for SvContext {
+    fn backend(&self) -> &dyn softverbs_api::VerbsContext {
+        SvContext::backend(self)
+    }
+
+    fn lkey_covering(&self, addr: u64, len: u64) -> Option<u32> {
+        SvContext::lkey_covering(self, addr, len)
+    }
+}
