@@ -2,7 +2,7 @@
 //! turned into the contract's WR slices, with `bad_wr` pointing at the first WR not posted.
 
 use softverbs_api::mw::BindMwWr;
-use softverbs_api::wr::{FlushParams, RemoteAddr, UdDest};
+use softverbs_api::wr::{RemoteAddr, UdDest};
 use softverbs_api::{PostError, RecvWr, SendWr, Sge, WrOpcode};
 
 use crate::abi::*;
@@ -40,18 +40,9 @@ pub(crate) unsafe fn sges(sg_list: *const IbvSge, num_sge: i32) -> Result<Vec<Sg
 /// A contract send WR with everything but the opcode-specific parts zero.
 pub(crate) fn blank_send_wr(wr_id: u64, opcode: WrOpcode, flags: u32) -> SendWr {
     SendWr {
-        wr_id,
-        sg_list: Vec::new(),
         opcode,
         send_flags: convert::send_flags(flags),
-        imm_data: 0,
-        invalidate_rkey: 0,
-        remote: RemoteAddr::default(),
-        compare_add: 0,
-        swap: 0,
-        ud: None,
-        flush: FlushParams::default(),
-        bind_mw: None,
+        ..SendWr::send(wr_id, Vec::new())
     }
 }
 
