@@ -11,7 +11,9 @@ use crate::net::OutPacket;
 use crate::transport::env::Env;
 use crate::transport::outputs::{Completion, CompletionTarget, Outputs};
 use crate::transport::qp::TransportQp;
-use crate::wire::{AethRepr, AtomicAckEthRepr, BthRepr, NakCode, Opcode, Psn, RoceRepr};
+use crate::wire::{
+    AethRepr, AtomicAckEthRepr, BthRepr, NakCode, Opcode, OpcodeInfo, Psn, RoceRepr,
+};
 
 /// The answer to ATOMIC WRITE and FLUSH: a READ RESPONSE ONLY without payload.
 pub(super) fn send_empty_read_response(qp: &mut TransportQp, psn: Psn, out: &mut Outputs) {
@@ -22,7 +24,12 @@ pub(super) fn send_empty_read_response(qp: &mut TransportQp, psn: Psn, out: &mut
 }
 
 /// The request at `pkt`'s PSN was executed: move on, and acknowledge if asked to.
-pub(super) fn accept(qp: &mut TransportQp, pkt: &RoceRepr<'_>, out: &mut Outputs) {
+pub(super) fn accept(
+    qp: &mut TransportQp,
+    pkt: &RoceRepr<'_>,
+    info: &OpcodeInfo,
+    out: &mut Outputs,
+) {
     let psn = pkt.bth.psn;
     qp.resp.epsn = psn.next();
     if qp.qp_type != QpType::Rc {
@@ -30,7 +37,7 @@ pub(super) fn accept(qp: &mut TransportQp, pkt: &RoceRepr<'_>, out: &mut Outputs
     }
     if pkt.bth.ack_req {
         send_ack(qp, psn, AethRepr::ack(qp.resp.msn), out);
-    } else if pkt.bth.opcode.info().is_some_and(|i| i.is_last()) {
+    } else if info.is_last() {
         // The requester coalesces: this ACK is owed, but nobody waits for it. Only a
         // message's end is owed one, as rxe acknowledges: an unasked ACK of a FIRST or
         // MIDDLE packet can cover all a kernel rxe requester has sent while it waits for

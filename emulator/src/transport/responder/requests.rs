@@ -298,7 +298,7 @@ fn receive_send(
     } else {
         qp.resp.current = Some(current);
     }
-    accept(qp, pkt, out);
+    accept(qp, pkt, info, out);
 }
 
 fn receive_write(
@@ -403,7 +403,7 @@ fn receive_write(
     } else {
         qp.resp.write = Some(write);
     }
-    accept(qp, pkt, out);
+    accept(qp, pkt, info, out);
 }
 
 /// Executes a READ request (again, for a duplicate) and sends its responses, starting at the
