@@ -28,8 +28,10 @@ use super::device_counters::DeviceCounters;
 use super::device_timers::{TimerId, TimerJob};
 use super::engine_thread::DeviceRuntime;
 use super::gsi::GsiHandler;
+use crate::net::{OutPacket, PathInfo};
 use crate::transport::qp::ROCE_UDP_PORT;
 use crate::transport::{AddressVector, Env, Outputs, SharedRecvQueue, TransportQp};
+use crate::wire::RoceRepr;
 
 /// What belongs to one open context rather than to the device: its async event queue and
 /// its completion channels.
@@ -156,6 +158,17 @@ impl EmuContext {
     /// by all its contexts.
     pub fn set_gsi_handler(&self, handler: Option<Arc<dyn GsiHandler>>) {
         self.dev().set_gsi_handler(handler);
+    }
+
+    /// Sends one packet from QP1 (a CM MAD in a UD SEND ONLY with its DETH, built by the
+    /// caller) to `path`. QP1 has no send queue in the emulator: its sender (the connection
+    /// manager) keeps its own retry timers, so the packet goes straight to the link and,
+    /// like any UD datagram, may be lost. EINVAL if `repr` does not fit the opcode table.
+    pub fn send_gsi_packet(&self, path: &PathInfo, repr: &RoceRepr<'_>) -> VerbsResult<()> {
+        let packet = OutPacket::build(path, repr)
+            .ok_or_else(|| VerbsError::inval("QP1 packet inconsistent with its opcode"))?;
+        self.dev().send_packets(&mut vec![packet]);
+        Ok(())
     }
 
     /// Schedules `job` to run on the device's engine thread once `delay` has passed (a

@@ -137,3 +137,39 @@ fn device_timers_run_on_the_engine_thread_once_due_and_not_once_cancelled() {
     assert_eq!(*fired.lock(), [(1, engine.clone()), (2, engine)]);
     assert!(!ctx.cancel_device_timer(cancelled));
 }
+
+#[test]
+fn a_gsi_packet_sent_from_qp1_reaches_the_peer_whole_with_a_valid_icrc() {
+    let (ctx, peer) = device_and_peer();
+    let mut repr = RoceRepr::new(
+        BthRepr::new(Opcode::UD_SEND_ONLY, 1, Psn::new(3)),
+        b"a cm mad",
+    );
+    repr.deth = Some(DethRepr {
+        qkey: 0x8001_0000,
+        src_qp: 1,
+    });
+    let path = PathInfo {
+        dst_ip: PEER_IP,
+        udp_dst_port: 4791,
+        udp_src_port: 0xc0de,
+    };
+    ctx.send_gsi_packet(&path, &repr).unwrap();
+    let got = peer
+        .recv(Duration::from_secs(10))
+        .unwrap()
+        .expect("the GSI packet");
+    assert_eq!(got.src, SocketAddr::new(DEVICE_IP, 0xc0de));
+    assert!(crate::net::icrc_check::icrc_ok(&got), "a valid ICRC");
+    let (parsed, _icrc) = RoceRepr::parse(&got.payload).unwrap();
+    assert_eq!(parsed.bth.dest_qp, 1);
+    assert_eq!(
+        parsed.deth.map(|d| (d.qkey, d.src_qp)),
+        Some((0x8001_0000, 1))
+    );
+    assert_eq!(parsed.payload, b"a cm mad");
+
+    // A repr the opcode table refuses (a UD SEND without its DETH) is an error, not a packet.
+    repr.deth = None;
+    assert!(ctx.send_gsi_packet(&path, &repr).is_err());
+}
