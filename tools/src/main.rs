@@ -55,6 +55,13 @@ enum Command {
     /// Run an unmodified C verbs program on the emulator: `softverbs run -- ibv_devinfo`
     /// (puts the drop-in libibverbs.so.1 of crate softverbs-ibverbs on its library path).
     Run(run::RunArgs),
+    /// Internal: one CPU-bound competitor of `perf --contend`, spinning until process
+    /// PARENT exits.
+    #[command(hide = true)]
+    Contender {
+        /// The process whose exit ends the spin.
+        parent: u32,
+    },
 }
 
 fn main() -> ExitCode {
@@ -73,5 +80,9 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim::run(&args),
         Command::RxeLab(args) => rxe_lab::run(&args),
         Command::Run(args) => run::run(&args),
+        Command::Contender { parent } => {
+            perf::contend::spin_until_parent_exits(parent);
+            ExitCode::SUCCESS
+        }
     }
 }

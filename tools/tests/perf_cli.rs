@@ -346,6 +346,7 @@ fn bad_arguments_are_errors_not_panics() {
         &["write_bw", "--loopback", "--no-verify"],
         &["write_bw", "--loopback", "--rounds", "3"],
         &["write_bw", "--loopback", "--baseline", "--rounds", "0"],
+        &["write_bw", "--loopback", "--contend", "65"],
     ] {
         let o = perf(args);
         let out = text(&o);
@@ -441,4 +442,42 @@ fn rounds_report_the_median_round_with_every_ratio() {
     ratios.sort_by(f64::total_cmp);
     // The row shown is the median round's, baseline included (checked by with_baseline).
     assert_eq!(field(&out, "ratio_to_udp"), ratios[1], "{out}");
+}
+
+/// The processes whose command line is `softverbs contender <parent>`.
+fn contenders_of(parent: u32) -> usize {
+    let wanted = format!("contender\0{parent}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .filter(|cmd| String::from_utf8_lossy(cmd).contains(&wanted))
+        .count()
+}
+
+#[test]
+fn contend_runs_its_competitors_for_the_command_and_stops_them_after() {
+    let mut child = Command::new(BIN)
+        .env("SOFTVERBS_DEVICES", OWN_DEVICES)
+        .args(["perf", "send_lat", "--loopback", "-s", "8", "-n", "400"])
+        .args(["--json", "--contend", "2"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run softverbs");
+    // While it runs, its two competitors run (looked for until the command ends).
+    let mut seen = 0;
+    for _ in 0..200 {
+        seen = seen.max(contenders_of(child.id()));
+        if seen == 2 || child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let json = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{json}");
+    assert_eq!(seen, 2, "two competitors while the command ran");
+    assert_eq!(field(&json, "contenders"), 2.0);
+    assert!(field(&json, "load_start") >= 0.0 && field(&json, "load_end") >= 0.0);
+    assert_eq!(contenders_of(pid), 0, "none left after the command");
 }

@@ -172,6 +172,11 @@ pub struct PerfArgs {
     /// noise then falls on both sides of each ratio alike).
     #[arg(long, default_value_t = 1)]
     pub rounds: u32,
+    /// Start this many CPU-bound competitor processes for the whole command (test and
+    /// baseline rounds alike) and stop them at its end: the figures of a busy machine, from
+    /// one command. The load average before and after goes in the header and the JSON.
+    #[arg(long, default_value_t = 0)]
+    pub contend: u32,
     /// Machine-readable output (one JSON document on stdout).
     #[arg(long)]
     pub json: bool,
@@ -232,6 +237,8 @@ pub struct Settings {
     pub baseline: bool,
     /// Alternations of test and baseline (1 without --baseline).
     pub rounds: u32,
+    /// CPU-bound competitor processes run beside the command.
+    pub contend: u32,
     /// JSON output.
     pub json: bool,
     /// Skip the data checks (a peer that is real perftest).
@@ -387,6 +394,12 @@ impl PerfArgs {
                 "--baseline needs --loopback (the baseline runs on loopback)",
             ));
         }
+        if self.contend > super::contend::MAX_CONTENDERS {
+            return Err(bad(format!(
+                "--contend must be 0..={}",
+                super::contend::MAX_CONTENDERS
+            )));
+        }
         if self.rounds == 0 || self.rounds > MAX_ROUNDS {
             return Err(bad(format!("--rounds must be 1..={MAX_ROUNDS}")));
         }
@@ -418,6 +431,7 @@ impl PerfArgs {
             port: self.port,
             baseline: self.baseline,
             rounds: self.rounds,
+            contend: self.contend,
             json: self.json,
             no_verify: self.no_verify,
         })

@@ -6,11 +6,14 @@
 mod args;
 mod backoff;
 mod bw;
+pub(crate) mod contend;
 mod lat;
 mod oob;
 mod peak;
+mod print;
 pub(crate) mod progress;
 mod report;
+mod results;
 mod run;
 mod sequence;
 mod setup;
@@ -28,6 +31,15 @@ pub fn run(args: &PerfArgs) -> ExitCode {
         Err(message) => {
             eprintln!("softverbs perf: {message}");
             return ExitCode::from(2);
+        }
+    };
+    contend::mark_start();
+    // Held for the whole command: dropping it stops the competitors.
+    let _contenders = match contend::Contenders::start(settings.contend) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("softverbs perf: starting --contend competitors: {e}");
+            return ExitCode::FAILURE;
         }
     };
     match run::run(&settings) {
