@@ -347,6 +347,10 @@ fn bad_arguments_are_errors_not_panics() {
         &["write_bw", "--loopback", "--rounds", "3"],
         &["write_bw", "--loopback", "--baseline", "--rounds", "0"],
         &["write_bw", "--loopback", "--contend", "65"],
+        &["send_lat", "--pairs", "4"],
+        &["send_bw", "--loopback", "--pairs", "4"],
+        &["send_lat", "--loopback", "--pairs", "4", "-a"],
+        &["send_lat", "--loopback", "--pairs", "65"],
     ] {
         let o = perf(args);
         let out = text(&o);
@@ -480,4 +484,31 @@ fn contend_runs_its_competitors_for_the_command_and_stops_them_after() {
     assert_eq!(field(&json, "contenders"), 2.0);
     assert!(field(&json, "load_start") >= 0.0 && field(&json, "load_end") >= 0.0);
     assert_eq!(contenders_of(pid), 0, "none left after the command");
+}
+
+#[test]
+fn pairs_run_alone_then_together_and_every_pair_counts_its_round_trips() {
+    // In-process link: no sockets, so nothing clashes with a benchmark run beside the tests.
+    let o = perf(&[
+        "send_lat",
+        "--loopback",
+        "--link",
+        "inproc",
+        "-s",
+        "8",
+        "-n",
+        "150",
+        "--pairs",
+        "3",
+        "--json",
+    ]);
+    let json = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(field(&json, "pairs"), 3.0);
+    // The lone pair, then three together: 150 round trips and 8 x 151 bytes checked each.
+    assert_eq!(every(&json, "iterations"), [150.0; 4]);
+    assert_eq!(every(&json, "verified_bytes"), [1208.0; 4]);
+    assert!(field(&json, "together_round_trips_per_s") > 0.0);
+    let worst = field(&json, "worst_median_over_alone");
+    assert!(worst.is_finite() && worst > 0.0, "{json}");
 }

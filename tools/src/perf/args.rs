@@ -177,6 +177,12 @@ pub struct PerfArgs {
     /// one command. The load average before and after goes in the header and the JSON.
     #[arg(long, default_value_t = 0)]
     pub contend: u32,
+    /// With --loopback and a latency test: run this many independent pairs at once, each on
+    /// two devices of its own (127.27.<i>.1 and .2), after one pair alone; prints the
+    /// round trips per second of all together and the worst pair's median against the lone
+    /// pair's (how fairly a busy process shares the emulator, as test threads do).
+    #[arg(long, default_value_t = 1)]
+    pub pairs: u32,
     /// Machine-readable output (one JSON document on stdout).
     #[arg(long)]
     pub json: bool,
@@ -239,6 +245,8 @@ pub struct Settings {
     pub rounds: u32,
     /// CPU-bound competitor processes run beside the command.
     pub contend: u32,
+    /// Independent pairs run at once (1: the usual single pair).
+    pub pairs: u32,
     /// JSON output.
     pub json: bool,
     /// Skip the data checks (a peer that is real perftest).
@@ -400,6 +408,24 @@ impl PerfArgs {
                 super::contend::MAX_CONTENDERS
             )));
         }
+        if self.pairs == 0 || self.pairs > super::pairs::MAX_PAIRS {
+            return Err(bad(format!(
+                "--pairs must be 1..={}",
+                super::pairs::MAX_PAIRS
+            )));
+        }
+        if self.pairs > 1
+            && (!self.loopback
+                || !test.is_latency()
+                || self.all
+                || self.baseline
+                || self.device.is_some())
+        {
+            return Err(bad(
+                "--pairs runs one size of a latency test with --loopback, on devices of its own \
+                 (no -a, --baseline or -d)",
+            ));
+        }
         if self.rounds == 0 || self.rounds > MAX_ROUNDS {
             return Err(bad(format!("--rounds must be 1..={MAX_ROUNDS}")));
         }
@@ -432,6 +458,7 @@ impl PerfArgs {
             baseline: self.baseline,
             rounds: self.rounds,
             contend: self.contend,
+            pairs: self.pairs,
             json: self.json,
             no_verify: self.no_verify,
         })

@@ -9,6 +9,7 @@ mod bw;
 pub(crate) mod contend;
 mod lat;
 mod oob;
+mod pairs;
 mod peak;
 mod print;
 pub(crate) mod progress;

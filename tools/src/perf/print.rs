@@ -73,7 +73,7 @@ fn load_text() -> String {
 }
 
 /// The load figures of the JSON documents: `"contenders":N,"load_start":x,"load_end":y`.
-fn load_json(s: &Settings) -> String {
+pub fn load_json(s: &Settings) -> String {
     let (then, now) = super::contend::load_then_and_now();
     let num = |x: Option<f64>| x.map_or("null".to_string(), report::json_num);
     format!(
@@ -84,7 +84,7 @@ fn load_json(s: &Settings) -> String {
     )
 }
 
-fn header(s: &Settings, device: &str, link: &str) -> String {
+pub fn header(s: &Settings, device: &str, link: &str) -> String {
     report::describe(&[
         ("test", s.test.name().to_string()),
         ("RC QPs", s.qps.to_string()),

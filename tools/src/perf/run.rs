@@ -117,6 +117,7 @@ pub fn run(s: &Settings) -> VerbsResult<()> {
             print_client(s, "udp, two processes", &report);
             Ok(())
         }
+        Role::Loopback if s.pairs > 1 => super::pairs::run(s),
         Role::Loopback => {
             let mut rounds = Vec::with_capacity(s.rounds as usize);
             for _ in 0..s.rounds {
@@ -141,12 +142,43 @@ fn loopback_round(s: &Settings) -> VerbsResult<Round> {
         (LinkKind::Udp, None) => listed_devices()?,
         (LinkKind::Inproc, _) => inproc_devices()?,
     };
+    let run = loopback_pair(s, &server_dev, &client_dev)?;
+    let baselines = if s.baseline {
+        baselines(s)?
+    } else {
+        Vec::new()
+    };
+    Ok(Round {
+        client_device: client_dev,
+        rows: run.rows,
+        served: run.served,
+        baselines,
+        memory: Memory {
+            before,
+            connected: run.rss_connected,
+        },
+    })
+}
+
+/// What one pair of a one-process run measured.
+pub struct PairRun {
+    /// The client's rows.
+    pub rows: Vec<Row>,
+    /// What the server saw.
+    pub served: Vec<ServerRow>,
+    /// Process memory with the pair connected.
+    pub rss_connected: Option<u64>,
+}
+
+/// The test between a server thread on `server_dev` and this thread on `client_dev`.
+pub fn loopback_pair(s: &Settings, server_dev: &str, client_dev: &str) -> VerbsResult<PairRun> {
     let listener = oob::listen(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0))?;
     let addr = listener.local_addr().map_err(|e| VerbsError::Io {
         errno: e.raw_os_error().unwrap_or(5),
         message: e.to_string(),
     })?;
     let server_settings = s.clone();
+    let server_dev = server_dev.to_string();
     let server = std::thread::Builder::new()
         .name("perf-server".into())
         .spawn(move || -> VerbsResult<Vec<ServerRow>> {
@@ -157,33 +189,23 @@ fn loopback_round(s: &Settings) -> VerbsResult<Round> {
             errno: e.raw_os_error().unwrap_or(11),
             message: format!("spawning the server thread: {e}"),
         })?;
-    let client = oob::connect(addr, false).and_then(|comm| drive(s, &client_dev, comm));
+    let client = oob::connect(addr, false).and_then(|comm| drive(s, client_dev, comm));
     let served = server
         .join()
         .map_err(|_| VerbsError::inval("the server thread panicked"))?;
     // When both fail, either may have caused the other's failure: say both.
-    let (rows, connected, served) = match (client, served) {
-        (Ok((rows, connected)), Ok(served)) => (rows, connected, served),
-        (Err(c), Err(sv)) => {
-            return Err(VerbsError::Io {
-                errno: c.errno(),
-                message: format!("client: {c}; server: {sv}"),
-            })
-        }
-        (Err(e), _) | (_, Err(e)) => return Err(e),
-    };
-    let baselines = if s.baseline {
-        baselines(s)?
-    } else {
-        Vec::new()
-    };
-    Ok(Round {
-        client_device: client_dev,
-        rows,
-        served,
-        baselines,
-        memory: Memory { before, connected },
-    })
+    match (client, served) {
+        (Ok((rows, rss_connected)), Ok(served)) => Ok(PairRun {
+            rows,
+            served,
+            rss_connected,
+        }),
+        (Err(c), Err(sv)) => Err(VerbsError::Io {
+            errno: c.errno(),
+            message: format!("client: {c}; server: {sv}"),
+        }),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    }
 }
 
 /// Creates, exchanges and connects one side; returns it and the side channel.
