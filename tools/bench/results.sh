@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the benchmark table of docs/benchmarks.md: runs each target benchmark of issue 7 with
+# Regenerates the benchmark table of docs/benchmarks.md: runs each target benchmark (issues 7 and 27) with
 # `softverbs perf` (bandwidth runs with the raw UDP baseline measured in the same command),
 # REPEAT times, and prints a markdown table of the medians with the command of each row.
 #
@@ -63,6 +63,24 @@ ratio=$(run "$A" 'd["results"][0]["ratio_to_udp"]')
 base=$(run "$A" 'd["baseline"][0]["half_rtt_us"]')
 block=$(run "$A" 'd["baseline"][0]["half_rtt_block_us"]')
 row "SEND 8 B latency (median half RTT), UDP" "$A" "$(printf '%.1f us' "$lat")" "$(printf '%.2fx raw UDP ping-pong, busy-polled (%.1f us; blocking: %.1f us)' "$ratio" "$base" "$block")" "<= 1.5x"
+
+A="send_lat --loopback -s 8 -n 5000 --baseline --rounds 5 --contend 1"
+lat=$(run "$A" 'd["results"][0]["t_typical_us"]')
+p99=$(run "$A" 'd["results"][0]["t_99_us"]')
+block=$(run "$A" 'd["baseline"][0]["half_rtt_block_us"]')
+spread=$(run "$A" 'max(d["round_ratios"][0])/min(d["round_ratios"][0])')
+row "SEND 8 B latency, one CPU-bound competitor" "$A" "$(printf '%.1f us (t_99 %.1f us)' "$lat" "$p99")" "$(printf '%.2fx / t_99 %.2fx raw UDP blocking ping-pong (%.1f us); rounds spread %.1fx' "$(python3 -c "print($lat/$block)")" "$(python3 -c "print($p99/$block)")" "$block" "$spread")" "<= 2x / t_99 <= 5x"
+
+A="write_bw --loopback -s 65536 -n 20000 --baseline --rounds 5 --contend 1"
+ratio=$(run "$A" 'd["results"][0]["ratio_to_udp"]*100')
+low=$(run "$A" 'min(d["round_ratios"][0])*100')
+row "WRITE 64 KiB, UDP, one CPU-bound competitor" "$A" "$(printf '%.0f%% of raw UDP' "$ratio")" "$(printf 'lowest round %.0f%%' "$low")" ">= 70%"
+
+A="send_lat --loopback -s 8 -n 2000 --pairs 16"
+worst=$(run "$A" 'd["worst_median_over_alone"]')
+alone=$(run "$A" 'd["alone"]["t_typical_us"]')
+together=$(run "$A" 'd["together_round_trips_per_s"]/d["alone_round_trips_per_s"]')
+row "16 RC pairs at once in one process, SEND 8 B ping-pong" "$A" "$(printf 'worst pair median %.1fx one pair alone (%.1f us)' "$worst" "$alone")" "$(printf 'round trips/s together: %.2fx one pair alone' "$together")" "worst <= 16x"
 
 A="write_bw --loopback -s 64 -n 200000 --baseline"
 rate=$(run "$A" 'd["results"][0]["msg_rate_mpps"]')
