@@ -18,6 +18,7 @@ pub mod packet;
 pub mod packet_pool;
 pub mod pcap;
 pub mod qemu_socket;
+pub mod shared_port;
 mod socket_options;
 pub mod udp;
 

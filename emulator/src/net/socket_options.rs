@@ -57,3 +57,44 @@ pub(crate) fn set_int_option(
         Err(io::Error::last_os_error())
     }
 }
+
+/// Attaches the classic-BPF `program` as the `SO_REUSEPORT` group's steering program
+/// (`SO_ATTACH_REUSEPORT_CBPF`): it replaces the group's program, whichever member attaches
+/// it, and stays after that member closes. Unprivileged.
+pub fn attach_reuseport_cbpf(
+    socket: &impl AsRawFd,
+    program: &[super::shared_port::steering::BpfInsn],
+) -> io::Result<()> {
+    let filters: Vec<libc::sock_filter> = program
+        .iter()
+        .map(|i| libc::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect();
+    let len = u16::try_from(filters.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "BPF program too long"))?;
+    let fprog = libc::sock_fprog {
+        len,
+        filter: filters.as_ptr().cast_mut(),
+    };
+    // SAFETY: the fd is a live socket owned by `socket`; `fprog` points at `filters`, which
+    // outlives the call (the kernel copies the program), with its exact length, and we pass
+    // sock_fprog's exact size, as setsockopt(2) requires for SO_ATTACH_REUSEPORT_CBPF.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
