@@ -1,9 +1,10 @@
 //! Sharing one device's UDP port among processes (issue 29, see docs/shared-devices.md):
 //! every process binds the port with `SO_REUSEPORT`, and a classic-BPF program steers each
 //! datagram to the process owning its destination QP. Built so far: the program and the
-//! steering it does on real sockets; the slot registry, the probes and the forwarding come
-//! with the engine's part.
+//! steering it does on real sockets, and the slot registry; the probes and the forwarding
+//! come with the engine's part.
 
+pub mod registry;
 pub mod steering;
 
 pub use super::socket_options::attach_reuseport_cbpf;
