@@ -241,18 +241,37 @@ pub fn send_runs<D: Datagram>(
 /// Waits up to `timeout` until `socket` has something to receive, without receiving it;
 /// `Ok(false)` on timeout (or an interrupted wait).
 pub fn wait_readable(socket: &impl AsRawFd, timeout: std::time::Duration) -> io::Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd: socket.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
+    wait_any_readable(&[socket.as_raw_fd()], timeout)
+}
+
+/// [`wait_readable`] for several descriptors: true once any of `fds` has something to read.
+pub fn wait_any_readable(
+    fds: &[std::os::fd::RawFd],
+    timeout: std::time::Duration,
+) -> io::Result<bool> {
+    let mut pfds: smallvec::SmallVec<[libc::pollfd; 2]> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
     // ppoll, not poll: waits shorter than a millisecond matter here.
     let ts = libc::timespec {
         tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
     };
-    // SAFETY: one pollfd and one timespec, alive for the call; no signal mask.
-    let rc = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+    // SAFETY: `pfds` holds exactly `pfds.len()` pollfds and `ts` one timespec, both alive
+    // for the call; no signal mask.
+    let rc = unsafe {
+        libc::ppoll(
+            pfds.as_mut_ptr(),
+            pfds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
     if rc < 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::Interrupted {

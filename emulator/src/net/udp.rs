@@ -67,8 +67,26 @@ struct RxBuffers {
 impl UdpLink {
     /// Binds `ip:port`.
     pub fn bind(ip: IpAddr, port: u16) -> io::Result<UdpLink> {
+        UdpLink::bind_with(ip, port, false)
+    }
+
+    /// Binds `ip:port` with `SO_REUSEPORT`, as one member of the processes sharing that
+    /// port (see `shared_port`).
+    pub fn bind_shared(ip: IpAddr, port: u16) -> io::Result<UdpLink> {
+        UdpLink::bind_with(ip, port, true)
+    }
+
+    /// The socket, for what only port sharing does with it (steering programs, probes).
+    pub(crate) fn socket(&self) -> &UdpSocket {
+        &self.socket
+    }
+
+    fn bind_with(ip: IpAddr, port: u16, reuse_port: bool) -> io::Result<UdpLink> {
         let local = SocketAddr::new(ip, port);
         let socket = Socket::new(Domain::for_address(local), Type::DGRAM, Some(Protocol::UDP))?;
+        if reuse_port {
+            socket.set_reuse_port(true)?;
+        }
         if ip.is_ipv6() {
             socket.set_only_v6(true)?;
         } else {

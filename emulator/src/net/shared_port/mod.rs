@@ -1,11 +1,12 @@
 //! Sharing one device's UDP port among processes (issue 29, see docs/shared-devices.md):
 //! every process binds the port with `SO_REUSEPORT`, and a classic-BPF program steers each
 //! datagram to the process owning its destination QP. Built so far: the program and the
-//! steering it does on real sockets, the slot registry and the forwarding sockets; the
-//! probes, the link that receives from both sockets and the QPN ranges come with the
-//! engine's part.
+//! steering it does on real sockets, the slot registry, the forwarding sockets and the
+//! link that routes between them; the engine's part (QPNs from the slot's range, opening a
+//! device as a member, QP1 routing) comes next.
 
 pub mod forward;
+pub mod link;
 pub mod registry;
 pub mod steering;
 

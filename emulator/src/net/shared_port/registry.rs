@@ -24,6 +24,8 @@ pub struct MemberInfo {
     pub pid: u32,
     /// Its socket's index in the port group, once a probe found it.
     pub index: Option<u32>,
+    /// The probe round that found `index`.
+    pub generation: u64,
     /// QPs it has open.
     pub qps: u32,
 }
@@ -31,13 +33,17 @@ pub struct MemberInfo {
 impl MemberInfo {
     fn to_line(self) -> String {
         let index = self.index.map_or("-".to_string(), |i| i.to_string());
-        format!("pid={} index={index} qps={}\n", self.pid, self.qps)
+        format!(
+            "pid={} index={index} generation={} qps={}\n",
+            self.pid, self.generation, self.qps
+        )
     }
 
     fn parse(text: &str) -> Option<MemberInfo> {
         let mut info = MemberInfo {
             pid: 0,
             index: None,
+            generation: 0,
             qps: 0,
         };
         for field in text.split_whitespace() {
@@ -46,6 +52,7 @@ impl MemberInfo {
                 "pid" => info.pid = value.parse().ok()?,
                 "index" if value == "-" => info.index = None,
                 "index" => info.index = Some(value.parse().ok()?),
+                "generation" => info.generation = value.parse().ok()?,
                 "qps" => info.qps = value.parse().ok()?,
                 _ => {}
             }
@@ -187,6 +194,23 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// The number of the next probe round: one more than the last, kept in the registry.
+    /// Taken under the membership lock, which `_held` proves.
+    pub fn next_generation(&self, _held: &MembershipLock) -> io::Result<u64> {
+        let path = self.dir.join("generation");
+        let last: u64 = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        let next = last.wrapping_add(1);
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, format!("{next}\n"))?;
+        std::fs::rename(&tmp, &path)?;
+        Ok(next)
+    }
+}
+
 impl SlotClaim {
     /// The slot held.
     pub fn slot(&self) -> u8 {
@@ -231,6 +255,7 @@ mod tests {
         a.publish(MemberInfo {
             pid: 41,
             index: Some(1),
+            generation: 5,
             qps: 3,
         })
         .unwrap();
@@ -243,6 +268,7 @@ mod tests {
                     Some(MemberInfo {
                         pid: 41,
                         index: Some(1),
+                        generation: 5,
                         qps: 3
                     })
                 ),
@@ -286,6 +312,8 @@ mod tests {
     fn the_membership_lock_is_exclusive_and_times_out_clearly() {
         let reg = scratch("membership");
         let held = reg.lock_membership(Duration::from_secs(1)).unwrap();
+        assert_eq!(reg.next_generation(&held).unwrap(), 1);
+        assert_eq!(reg.next_generation(&held).unwrap(), 2);
         let err = reg
             .lock_membership(Duration::from_millis(20))
             .expect_err("held");
@@ -299,6 +327,7 @@ mod tests {
         let info = MemberInfo {
             pid: 7,
             index: None,
+            generation: 0,
             qps: 0,
         };
         assert_eq!(MemberInfo::parse(&info.to_line()), Some(info));

@@ -77,3 +77,182 @@ fn probes_find_each_members_index_and_steering_follows_a_departure() {
         assert_eq!(next_qpn(s), Some(u32::from(slot) << 16 | 5), "slot {slot}");
     }
 }
+
+mod shared_links {
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use crossbeam_channel::{Receiver, Sender};
+
+    use super::bth;
+    use crate::net::shared_port::link::SharedLink;
+    use crate::net::shared_port::registry::Registry;
+    use crate::net::Link;
+
+    /// A member and the thread that receives for it (an engine thread's stand-in),
+    /// handing each delivered destination QPN to a channel.
+    struct Member {
+        link: Arc<SharedLink>,
+        got: Receiver<u32>,
+        stop: Arc<AtomicBool>,
+        pump: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl Member {
+        fn join(reg: &Registry, ip: IpAddr, port: u16) -> Member {
+            let link = Arc::new(SharedLink::join_registry(reg.clone(), ip, port).unwrap());
+            let (tx, got): (Sender<u32>, _) = crossbeam_channel::unbounded();
+            let stop = Arc::new(AtomicBool::new(false));
+            let pump = {
+                let (link, stop) = (link.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        if link.wait_readable(Duration::from_millis(5)).unwrap() {
+                            link.recv_ready(64, &mut |d| {
+                                let p = d.payload;
+                                let _ = tx.send(u32::from_be_bytes([0, p[5], p[6], p[7]]));
+                            })
+                            .unwrap();
+                        }
+                    }
+                })
+            };
+            Member {
+                link,
+                got,
+                stop,
+                pump: Some(pump),
+            }
+        }
+
+        fn next(&self) -> Option<u32> {
+            self.got.recv_timeout(Duration::from_secs(2)).ok()
+        }
+    }
+
+    impl Drop for Member {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::Relaxed);
+            if let Some(p) = self.pump.take() {
+                let _ = p.join();
+            }
+        }
+    }
+
+    fn free_port(ip: IpAddr) -> u16 {
+        UdpSocket::bind(SocketAddr::new(ip, 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    fn scratch_registry(tag: &str) -> Registry {
+        let dir =
+            std::env::temp_dir().join(format!("softverbs-shared-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        Registry::in_dir(&dir).unwrap()
+    }
+
+    #[test]
+    fn each_members_datagrams_reach_it_directly_and_after_a_departure_again() {
+        let ip = IpAddr::V4(Ipv4Addr::new(127, 29, 2, 1));
+        let port = free_port(ip);
+        let reg = scratch_registry("steer");
+        let a = Member::join(&reg, ip, port);
+        let b = Member::join(&reg, ip, port);
+        let c = Member::join(&reg, ip, port);
+        let slots = [a.link.slot(), b.link.slot(), c.link.slot()];
+        assert_eq!(slots, [1, 2, 3]);
+        let tx = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
+        let to = SocketAddr::new(ip, port);
+        let send = |qpn: u32| {
+            tx.send_to(&bth(qpn), to).unwrap();
+        };
+        for (m, slot) in [(&a, 1u32), (&b, 2), (&c, 3)] {
+            for n in 2..6u32 {
+                send(slot << 16 | n);
+                assert_eq!(m.next(), Some(slot << 16 | n), "slot {slot}");
+            }
+        }
+        let forwarded = |m: &Member| m.link.counters().forwarded_out.load(Ordering::Relaxed);
+        assert_eq!(
+            forwarded(&a) + forwarded(&b) + forwarded(&c),
+            0,
+            "steered, not forwarded"
+        );
+        // QP1 reaches some member (which one is the kernel's hash).
+        send(1);
+        let qp1_seen = [&a, &b, &c]
+            .iter()
+            .filter(|m| m.got.recv_timeout(Duration::from_millis(300)) == Ok(1))
+            .count();
+        assert_eq!(qp1_seen, 1);
+
+        // B leaves: the others notice within a liveness period, re-probe, and steer right.
+        drop(b);
+        let started = Instant::now();
+        loop {
+            let rounds = a.link.counters().probe_rounds.load(Ordering::Relaxed)
+                + c.link.counters().probe_rounds.load(Ordering::Relaxed);
+            // a: its join; c: its join; then one more by whoever noticed.
+            if rounds >= 3 {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "nobody re-probed"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for (m, slot) in [(&a, 1u32), (&c, 3)] {
+            send(slot << 16 | 9);
+            assert_eq!(m.next(), Some(slot << 16 | 9), "slot {slot} after B left");
+        }
+        // B's QPNs now belong to nobody: dropped and counted, by whichever member got them.
+        send(2 << 16 | 9);
+        let started = Instant::now();
+        while a
+            .link
+            .counters()
+            .dropped_for_gone_members
+            .load(Ordering::Relaxed)
+            + c.link
+                .counters()
+                .dropped_for_gone_members
+                .load(Ordering::Relaxed)
+            == 0
+        {
+            assert!(started.elapsed() < Duration::from_secs(5), "not counted");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(a.got.try_recv().is_err() && c.got.try_recv().is_err());
+    }
+
+    #[test]
+    fn a_datagram_the_kernel_gives_the_wrong_member_is_forwarded_to_its_owner() {
+        let ip = IpAddr::V4(Ipv4Addr::new(127, 29, 3, 1));
+        let port = free_port(ip);
+        let reg = scratch_registry("forward");
+        let a = Member::join(&reg, ip, port);
+        let b = Member::join(&reg, ip, port);
+        // A program that steers everything to index 0 (a), as a stale one could.
+        let everything_to_a = [super::super::steering::BpfInsn {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        }];
+        crate::net::shared_port::attach_reuseport_cbpf(a.link.socket_for_tests(), &everything_to_a)
+            .unwrap();
+        let tx = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
+        tx.send_to(&bth(2 << 16 | 7), SocketAddr::new(ip, port))
+            .unwrap();
+        assert_eq!(b.next(), Some(2 << 16 | 7), "b gets its datagram through a");
+        assert_eq!(a.link.counters().forwarded_out.load(Ordering::Relaxed), 1);
+        assert_eq!(b.link.counters().forwarded_in.load(Ordering::Relaxed), 1);
+        assert!(a.got.try_recv().is_err(), "a kept nothing");
+    }
+}
