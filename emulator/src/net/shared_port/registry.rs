@@ -239,12 +239,7 @@ mod tests {
     use super::*;
     use std::process::{Command, Stdio};
 
-    fn scratch(name: &str) -> Registry {
-        let dir =
-            std::env::temp_dir().join(format!("softverbs-registry-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        Registry::in_dir(&dir).unwrap()
-    }
+    use crate::net::shared_port::tests::scratch_registry as scratch;
 
     #[test]
     fn claims_take_distinct_slots_and_a_released_slot_is_free_again() {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::attach_reuseport_cbpf;
+use super::registry::Registry;
 use super::steering::{self, probe_qpn};
 
 /// This test's own address (tests keep to 127.x ranges of their own).
@@ -31,6 +32,13 @@ fn next_qpn(s: &UdpSocket) -> Option<u32> {
     let mut buf = [0u8; 64];
     let n = s.recv(&mut buf).ok()?;
     (n >= 8).then(|| u32::from_be_bytes([0, buf[5], buf[6], buf[7]]))
+}
+
+/// An empty registry in a scratch directory of this test process.
+pub(crate) fn scratch_registry(tag: &str) -> Registry {
+    let dir = std::env::temp_dir().join(format!("softverbs-shared-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    Registry::in_dir(&dir).unwrap()
 }
 
 /// Index of each member (by slot), learned with one probe per index.
@@ -88,7 +96,6 @@ mod shared_links {
 
     use super::bth;
     use crate::net::shared_port::link::SharedLink;
-    use crate::net::shared_port::registry::Registry;
     use crate::net::Link;
 
     /// A member and the thread that receives for it (an engine thread's stand-in),
@@ -149,12 +156,7 @@ mod shared_links {
             .port()
     }
 
-    fn scratch_registry(tag: &str) -> Registry {
-        let dir =
-            std::env::temp_dir().join(format!("softverbs-shared-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        Registry::in_dir(&dir).unwrap()
-    }
+    use super::{scratch_registry, Registry};
 
     #[test]
     fn each_members_datagrams_reach_it_directly_and_after_a_departure_again() {
