@@ -136,6 +136,13 @@ pub trait Link: Send + Sync {
         self.send_batch(packets)
     }
 
+    /// The QP numbers this link's device may hand out, when it shares its port with other
+    /// processes (`shared_port`): the datagrams of other numbers go to their owners. `None`:
+    /// all of them.
+    fn qpn_range(&self) -> Option<std::ops::Range<u32>> {
+        None
+    }
+
     /// Whether [`Link::wait_readable`] and [`Link::recv_ready`] are real: waiting without
     /// receiving, and receiving without waiting. Then the engine thread and polling
     /// applications can share the receive path; a link answering `false` is only ever used

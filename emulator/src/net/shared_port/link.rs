@@ -302,6 +302,12 @@ impl Link for SharedLink {
         Ok(self.state.lock().pending.pop_front())
     }
 
+    fn qpn_range(&self) -> Option<std::ops::Range<u32>> {
+        let base = u32::from(self.slot()) << 16;
+        // 0 and 1 of each slot stay unused, as QP0 and QP1 do in slot 0.
+        Some(base + 2..base + 0x1_0000)
+    }
+
     fn pollable(&self) -> bool {
         true
     }

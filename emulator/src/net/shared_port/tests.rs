@@ -168,6 +168,7 @@ mod shared_links {
         let c = Member::join(&reg, ip, port);
         let slots = [a.link.slot(), b.link.slot(), c.link.slot()];
         assert_eq!(slots, [1, 2, 3]);
+        assert_eq!(b.link.qpn_range(), Some(0x2_0002..0x3_0000));
         let tx = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
         let to = SocketAddr::new(ip, port);
         let send = |qpn: u32| {
