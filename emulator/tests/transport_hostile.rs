@@ -9,9 +9,10 @@ use softverbs_emu::sim::{FaultConfig, Side, SimPair, TraceEvent};
 use softverbs_emu::transport::{Env, Outputs};
 use softverbs_emu::wire::{AethKind, AethRepr, BthRepr, NakCode, Opcode, Psn, RethRepr, RoceRepr};
 
-/// The responses a READ may have in flight from one transport call: the window the
-/// responder streams a READ of any length in.
-const READ_WINDOW: usize = softverbs_emu::transport::responder::READ_RESPONSE_BURST;
+/// The most responses one transport call may make for a READ: the window a READ of any
+/// length is streamed in (the responder's `READ_RESPONSE_BURST`), so memory per READ is
+/// bounded by it.
+const READ_WINDOW: usize = 64;
 
 fn attrs() -> QpAttr {
     QpAttr {
