@@ -6,6 +6,7 @@
 //! recent atomics and the ACK it owes. The fields are the responder's own; the QP reads
 //! and resets them through the methods here.
 
+mod access;
 mod answers;
 mod rd_atomic;
 mod requests;

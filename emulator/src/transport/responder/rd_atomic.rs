@@ -12,10 +12,10 @@
 
 use softverbs_api::{AccessFlags, QpState};
 
+use super::access::{accessor, nak_for, qp_allows};
 use super::answers::{
     count_message, emit_from_memory, nak_and_fail, send_atomic_ack, send_empty_read_response,
 };
-use super::requests::{accessor, nak_for, qp_allows};
 use crate::transport::env::Env;
 use crate::transport::outputs::Outputs;
 use crate::transport::qp::TransportQp;

@@ -4,9 +4,9 @@
 
 use softverbs_api::{AccessFlags, QpState, QpType, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
+use super::access::{accessor, nak_for, qp_allows};
 use super::answers::{accept, complete_recv, count_message, nak_and_fail, send_ack, send_rnr_nak};
 use super::rd_atomic;
-use crate::memory::{MemError, RemoteAccessor};
 use crate::transport::env::Env;
 use crate::transport::outputs::{Completion, CompletionTarget, Outputs};
 use crate::transport::qp::TransportQp;
@@ -231,28 +231,6 @@ fn answer_duplicate(
         }
         _ => {}
     }
-}
-
-/// The NAK a refused memory access earns.
-pub(super) fn nak_for(e: MemError) -> NakCode {
-    match e {
-        MemError::Misaligned | MemError::LengthExceeded => NakCode::InvalidRequest,
-        MemError::InvalidKey
-        | MemError::PdMismatch
-        | MemError::OutOfBounds
-        | MemError::AccessDenied => NakCode::RemoteAccessError,
-    }
-}
-
-/// Whom the memory checks see for a request on `qp`: its PD, and its number for type 2
-/// windows.
-pub(super) fn accessor(qp: &TransportQp) -> RemoteAccessor {
-    RemoteAccessor::qp(qp.pd, qp.qpn)
-}
-
-/// The QP must allow `need` (its `qp_access_flags`); otherwise the request is invalid.
-pub(super) fn qp_allows(qp: &TransportQp, need: AccessFlags) -> bool {
-    qp.attr.qp_access_flags.contains(need)
 }
 
 fn receive_send(
