@@ -12,7 +12,7 @@ use softverbs_emu::wire::{AethKind, AethRepr, BthRepr, NakCode, Opcode, Psn, Ret
 /// The most responses one transport call may make for a READ: the window a READ of any
 /// length is streamed in (the responder's `READ_RESPONSE_BURST`), so memory per READ is
 /// bounded by it.
-const READ_WINDOW: usize = 64;
+const READ_WINDOW: usize = 256;
 
 fn attrs() -> QpAttr {
     QpAttr {

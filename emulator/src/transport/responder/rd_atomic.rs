@@ -22,8 +22,10 @@ use crate::transport::qp::TransportQp;
 use crate::wire::{AethRepr, BthRepr, HeaderSet, NakCode, OpKind, Opcode, Psn, RoceRepr};
 
 /// Most READ responses one transport call makes: the window a READ of any length is sent
-/// in (rxe sends a bounded burst per run of its responder task, then resumes).
-pub const READ_RESPONSE_BURST: usize = 64;
+/// in (rxe sends a bounded burst per run of its responder task, then resumes). One send
+/// call's worth of the UDP link (`net::batched_io::MAX_SEND_DATAGRAMS`): about 1 MiB of
+/// packet buffers at MTU 4096. 64 measured slower for 1 MiB READs on loopback.
+pub const READ_RESPONSE_BURST: usize = 256;
 
 /// How a stored request answers its duplicates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -49,7 +49,7 @@ pub fn on_request(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: 
         }
     }
     if !fits_path_mtu(qp, pkt, info) {
-        // IBA C9-93 ff., rxe's check_length: before anything of it is executed.
+        // As rxe's check_length: refused before anything of it is executed.
         if qp.qp_type == QpType::Uc {
             let wqe = qp.resp.current.take().map(|c| c.wqe);
             uc_drop(qp, env, wqe, WcStatus::RemInvReqErr, out);
