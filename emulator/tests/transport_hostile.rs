@@ -357,9 +357,8 @@ fn request_payloads_must_fit_the_path_mtu() {
         let (va, rkey) = b_region(&mut p, 65536);
         let total: usize = packets.iter().map(|(_, len, _)| len).sum();
         let data = vec![0xaa; 65536];
-        let mut psn = 100;
         let mut offset = 0;
-        for (opcode, len, reth) in &packets {
+        for (psn, (opcode, len, reth)) in (100..).zip(packets.iter()) {
             let mut r = to_b(*opcode, psn, &data[offset..offset + len]);
             if *reth {
                 r.reth = Some(RethRepr {
@@ -369,7 +368,6 @@ fn request_payloads_must_fit_the_path_mtu() {
                 });
             }
             assert_eq!(p.inject(Side::B, 4791, &r), Ok(()), "{name}");
-            psn += 1;
             offset += len;
         }
         p.run(1000);
