@@ -215,6 +215,8 @@ pub struct DeviceAttr {
     pub max_cqe: u32,
     /// Maximum MRs.
     pub max_mr: u32,
+    /// Maximum memory windows.
+    pub max_mw: u32,
     /// Maximum PDs.
     pub max_pd: u32,
     /// Maximum outstanding READ/atomic per QP as responder.

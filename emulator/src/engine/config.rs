@@ -64,6 +64,8 @@ pub struct DeviceConfig {
     /// makes our wire traffic match rxe's packet for packet. On unless
     /// `SOFTVERBS_ACK_COALESCING=0`.
     pub ack_coalescing: bool,
+    /// What the device reports and enforces (rxe's limits unless set smaller).
+    pub limits: super::limits::DeviceLimits,
 }
 
 /// The environment variable that turns ACK coalescing off (`0`) for every device.
@@ -80,6 +82,7 @@ impl DeviceConfig {
             link: LinkConfig::Udp,
             faults: None,
             ack_coalescing: std::env::var(ACK_COALESCING_ENV).map_or(true, |v| v != "0"),
+            limits: super::limits::DeviceLimits::default(),
         }
     }
 

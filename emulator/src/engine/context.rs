@@ -24,14 +24,9 @@ use super::async_events::AsyncEventQueue;
 use super::comp_channel::CompChannel;
 use super::cq::CompletionQueue;
 use super::device::*;
-use super::device_counters::DeviceCounters;
-use super::device_timers::{TimerId, TimerJob};
 use super::engine_thread::DeviceRuntime;
-use super::gsi::GsiHandler;
-use crate::net::{OutPacket, PathInfo};
 use crate::transport::qp::ROCE_UDP_PORT;
 use crate::transport::{AddressVector, Env, Outputs, SharedRecvQueue, TransportQp};
-use crate::wire::RoceRepr;
 
 /// What belongs to one open context rather than to the device: its async event queue and
 /// its completion channels.
@@ -86,7 +81,7 @@ impl EmuContext {
         Ok(EmuContext { runtime, local })
     }
 
-    fn dev(&self) -> &Device {
+    pub(super) fn dev(&self) -> &Device {
         &self.runtime.device
     }
 
@@ -151,57 +146,6 @@ impl EmuContext {
     pub fn wait_for_traffic(&self, timeout: Duration) -> bool {
         super::engine_thread::wait_for_traffic(self.dev(), timeout)
     }
-
-    /// Installs `handler` for the packets that reach QP1 (the GSI: CM MADs), replacing any
-    /// handler before; `None` removes it (QP1 packets are then counted in
-    /// [`DeviceCounters::gsi_unhandled`] and dropped). The handler is the device's, shared
-    /// by all its contexts.
-    pub fn set_gsi_handler(&self, handler: Option<Arc<dyn GsiHandler>>) {
-        self.dev().set_gsi_handler(handler);
-    }
-
-    /// Sends one packet from QP1 (a CM MAD in a UD SEND ONLY with its DETH, built by the
-    /// caller) to `path`. QP1 has no send queue in the emulator: its sender (the connection
-    /// manager) keeps its own retry timers, so the packet goes straight to the link and,
-    /// like any UD datagram, may be lost. EINVAL if `repr` does not fit the opcode table.
-    pub fn send_gsi_packet(&self, path: &PathInfo, repr: &RoceRepr<'_>) -> VerbsResult<()> {
-        let packet = OutPacket::build(path, repr)
-            .ok_or_else(|| VerbsError::inval("QP1 packet inconsistent with its opcode"))?;
-        self.dev().send_packets(&mut vec![packet]);
-        Ok(())
-    }
-
-    /// Schedules `job` to run on the device's engine thread once `delay` has passed (a
-    /// device-level timer, for work that belongs to no QP). ENOMEM once
-    /// [`super::device_timers::MAX_DEVICE_TIMERS`] are armed. A timer fires at most a few
-    /// milliseconds late (the engine thread's longest sleep).
-    pub fn schedule_device_timer(&self, delay: Duration, job: TimerJob) -> VerbsResult<TimerId> {
-        let dev = self.dev();
-        let delay_ns = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
-        dev.schedule_timer(dev.now_ns().saturating_add(delay_ns), job)
-            .map_err(|e| VerbsError::nomem(e.to_string()))
-    }
-
-    /// Cancels device timer `id`; false if it already fired or was cancelled.
-    pub fn cancel_device_timer(&self, id: TimerId) -> bool {
-        self.dev().timers.cancel(id)
-    }
-
-    /// Device-wide packet counters.
-    pub fn counters(&self) -> &DeviceCounters {
-        &self.dev().counters
-    }
-
-    /// The transport counters of every QP this device has had, live and destroyed, added
-    /// up: retransmissions, ACK timeouts, RNR and sequence-error NAKs, duplicates ...
-    pub fn transport_totals(&self) -> crate::transport::Counters {
-        self.dev().transport_totals()
-    }
-
-    /// The transport counters of QP `qpn`.
-    pub fn qp_counters(&self, qpn: u32) -> VerbsResult<crate::transport::Counters> {
-        Ok(self.dev().qp_entry(qpn)?.qp.lock().counters)
-    }
 }
 
 impl VerbsContext for EmuContext {
@@ -223,9 +167,7 @@ impl VerbsContext for EmuContext {
 
     fn alloc_pd(&self) -> VerbsResult<u32> {
         let mut pds = self.dev().pds.lock();
-        if pds.len() >= MAX_PD as usize {
-            return Err(VerbsError::nomem("PD table full"));
-        }
+        DeviceLimits::room("PD", pds.len(), self.dev().config.limits.max_pd)?;
         let pd = self.dev().next_pd.fetch_add(1, Ordering::Relaxed);
         pds.insert(pd, ());
         Ok(pd)
@@ -255,9 +197,7 @@ impl VerbsContext for EmuContext {
     }
 
     fn create_cq(&self, cqe: u32, channel: Option<u32>) -> VerbsResult<(u32, u32)> {
-        if cqe == 0 || cqe > MAX_CQE {
-            return Err(VerbsError::inval(format!("cqe {cqe} not in 1..={MAX_CQE}")));
-        }
+        self.dev().config.limits.check_cqe(cqe)?;
         // Held until the CQ is attached, so that the channel cannot be destroyed meanwhile.
         let channels = self.local.channels.lock();
         let channel = match channel {
@@ -267,9 +207,7 @@ impl VerbsContext for EmuContext {
             None => None,
         };
         let mut cqs = self.dev().cqs.write();
-        if cqs.len() >= MAX_CQ as usize {
-            return Err(VerbsError::nomem("CQ table full"));
-        }
+        DeviceLimits::room("CQ", cqs.len(), self.dev().config.limits.max_cq)?;
         let id = self.dev().next_cq.fetch_add(1, Ordering::Relaxed);
         if let Some(channel) = &channel {
             channel.attach(id);
@@ -326,13 +264,11 @@ impl VerbsContext for EmuContext {
         if c.max_send_wr == 0 && c.max_recv_wr == 0 && srq.is_none() {
             return Err(VerbsError::inval("a QP needs a send or a receive queue"));
         }
-        check_qp_cap(&c)?;
+        dev.config.limits.check_qp_cap(&c)?;
         let send_cq = dev.cq(init.send_cq)?;
         let recv_cq = dev.cq(init.recv_cq)?;
         let mut qps = dev.qps.write();
-        if qps.len() >= MAX_QP as usize {
-            return Err(VerbsError::nomem("QP table full"));
-        }
+        DeviceLimits::room("QP", qps.len(), dev.config.limits.max_qp)?;
         let qpn = dev.next_qpn.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
         let granted = QpCap {
             max_send_sge: c.max_send_sge.max(1),
@@ -365,8 +301,8 @@ impl VerbsContext for EmuContext {
         let dev = self.dev();
         let entry = dev.qp_entry(qpn)?;
         let limits = ModifyLimits {
-            max_qp_rd_atom: MAX_RD_ATOMIC,
-            max_qp_init_rd_atom: MAX_RD_ATOMIC,
+            max_qp_rd_atom: dev.config.limits.max_rd_atomic,
+            max_qp_init_rd_atom: dev.config.limits.max_rd_atomic,
         };
         dev.check_path(attr, mask)?;
         let mut attr = *attr;
@@ -428,11 +364,9 @@ impl VerbsContext for EmuContext {
     fn create_srq(&self, pd: u32, attr: &SrqAttr) -> VerbsResult<(u32, SrqAttr)> {
         let dev = self.dev();
         dev.check_pd(pd)?;
-        check_srq_attr(attr)?;
+        dev.config.limits.check_srq_attr(attr)?;
         let mut srqs = dev.srqs.write();
-        if srqs.len() >= MAX_SRQ as usize {
-            return Err(VerbsError::nomem("SRQ table full"));
-        }
+        DeviceLimits::room("SRQ", srqs.len(), dev.config.limits.max_srq)?;
         let granted = SrqAttr {
             max_sge: attr.max_sge.max(1),
             ..*attr
@@ -444,7 +378,8 @@ impl VerbsContext for EmuContext {
     }
 
     fn modify_srq(&self, srq: u32, attr: &SrqAttr, mask: SrqAttrMask) -> VerbsResult<()> {
-        self.dev().srq(srq)?.lock().modify(attr, mask, MAX_SRQ_WR)
+        let max_wr = self.dev().config.limits.max_srq_wr;
+        self.dev().srq(srq)?.lock().modify(attr, mask, max_wr)
     }
 
     fn query_srq(&self, srq: u32) -> VerbsResult<SrqAttr> {
@@ -483,7 +418,7 @@ impl VerbsContext for EmuContext {
         };
         dev.ahs
             .write()
-            .insert(av, MAX_AH as usize)
+            .insert(av, dev.config.limits.max_ah as usize)
             .ok_or_else(|| VerbsError::nomem("address handle table full"))
     }
 

@@ -44,6 +44,12 @@ impl Device {
         let mut out = SPARE_OUTPUTS.with(|s| s.take()).unwrap_or_default();
         let result = call(&mut qp, &env, &mut out);
         self.deliver(entry, &qp, &mut out);
+        // A READ is answered a burst at a time, each sent (its buffers back in the pool)
+        // before the next is made: memory per READ is a burst's, whatever its length.
+        while qp.responses_pending() {
+            qp.continue_responses(&env, &mut out);
+            self.deliver(entry, &qp, &mut out);
+        }
         if out.is_empty() {
             SPARE_OUTPUTS.with(|s| s.set(Some(out)));
         }

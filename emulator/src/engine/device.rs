@@ -97,9 +97,10 @@ pub struct Device {
 impl Device {
     /// A device on `link`.
     pub(crate) fn new(config: DeviceConfig, link: Box<dyn Link>) -> Device {
+        let limits = config.limits;
         Device {
             config,
-            mem: MrTable::new(MAX_MR),
+            mem: MrTable::with_windows(limits.max_mr, limits.max_mw),
             link,
             clock: Clock::start(),
             shutdown: AtomicBool::new(false),

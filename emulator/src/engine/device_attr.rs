@@ -5,12 +5,12 @@ use softverbs_api::{
 };
 
 use super::device::Device;
-use super::limits::*;
 
 impl Device {
     /// What `query_device` reports.
     pub(crate) fn device_attr(&self) -> DeviceAttr {
         let guid = self.config.node_guid();
+        let l = &self.config.limits;
         DeviceAttr {
             fw_ver: env!("CARGO_PKG_VERSION").to_string(),
             node_guid: guid,
@@ -19,20 +19,21 @@ impl Device {
             vendor_id: 0x00ff_ffff,
             vendor_part_id: 0,
             hw_ver: 0,
-            max_qp: MAX_QP,
-            max_qp_wr: MAX_QP_WR,
-            max_sge: MAX_SGE,
-            max_cq: MAX_CQ,
-            max_cqe: MAX_CQE,
-            max_mr: MAX_MR,
-            max_pd: MAX_PD,
-            max_qp_rd_atom: MAX_RD_ATOMIC,
-            max_qp_init_rd_atom: MAX_RD_ATOMIC,
-            max_srq: MAX_SRQ,
-            max_srq_wr: MAX_SRQ_WR,
-            max_srq_sge: MAX_SRQ_SGE,
-            max_ah: MAX_AH,
-            max_inline_data: MAX_INLINE_DATA,
+            max_qp: l.max_qp,
+            max_qp_wr: l.max_qp_wr,
+            max_sge: l.max_sge,
+            max_cq: l.max_cq,
+            max_cqe: l.max_cqe,
+            max_mr: l.max_mr,
+            max_mw: l.max_mw,
+            max_pd: l.max_pd,
+            max_qp_rd_atom: l.max_rd_atomic,
+            max_qp_init_rd_atom: l.max_rd_atomic,
+            max_srq: l.max_srq,
+            max_srq_wr: l.max_srq_wr,
+            max_srq_sge: l.max_srq_sge,
+            max_ah: l.max_ah,
+            max_inline_data: l.max_inline_data,
             phys_port_cnt: 1,
         }
     }

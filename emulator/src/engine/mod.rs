@@ -19,6 +19,7 @@ pub mod clock;
 pub mod comp_channel;
 pub mod config;
 pub mod context;
+mod context_services;
 pub mod cq;
 mod datapath;
 pub mod device;
@@ -42,6 +43,7 @@ pub use device_counters::{DeviceCounters, RxDrop};
 pub use device_list::{device_list, register_device, DEVICES_ENV};
 pub use device_timers::{TimerId, TimerJob, TimersFull, MAX_DEVICE_TIMERS};
 pub use gsi::GsiHandler;
+pub use limits::DeviceLimits;
 pub use receive::GSI_QPN;
 pub use registry::open_device;
 

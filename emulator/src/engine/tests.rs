@@ -33,10 +33,14 @@ fn device_and_peer() -> (EmuContext, ChannelLink) {
 
 /// Sends a UD SEND ONLY to QP `qpn` of the device, from the peer.
 fn send_ud(peer: &ChannelLink, qpn: u32, payload: &[u8]) {
-    let mut repr = RoceRepr::new(
-        BthRepr::new(Opcode::UD_SEND_ONLY, qpn, Psn::new(7)),
-        payload,
-    );
+    send_ud_with(peer, qpn, payload, |_| {});
+}
+
+/// Like [`send_ud`], with the BTH as `edit` leaves it.
+fn send_ud_with(peer: &ChannelLink, qpn: u32, payload: &[u8], edit: impl FnOnce(&mut BthRepr)) {
+    let mut bth = BthRepr::new(Opcode::UD_SEND_ONLY, qpn, Psn::new(7));
+    edit(&mut bth);
+    let mut repr = RoceRepr::new(bth, payload);
     repr.deth = Some(DethRepr {
         qkey: 0x8001_0000,
         src_qp: 1,
@@ -172,4 +176,27 @@ fn a_gsi_packet_sent_from_qp1_reaches_the_peer_whole_with_a_valid_icrc() {
     // A repr the opcode table refuses (a UD SEND without its DETH) is an error, not a packet.
     repr.deth = None;
     assert!(ctx.send_gsi_packet(&path, &repr).is_err());
+}
+
+/// A BTH of transport version other than 0, or a P_Key outside the port's partition, is
+/// dropped by the pipeline before any QP (here QP1) sees it, and counted under its reason;
+/// the limited member P_Key 0x7FFF goes through (issue 23, defect 3).
+#[test]
+fn bad_transport_versions_and_partitions_are_counted_and_dropped() {
+    let (ctx, peer) = device_and_peer();
+    let counters = ctx.counters();
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    send_ud_with(&peer, 1, b"tver 15", |b| b.tver = 15);
+    wait_until("the bad version", || load(&counters.bad_version) == 1);
+    for pkey in [0x0000, 0x8000, 0x1234] {
+        send_ud_with(&peer, 1, b"bad pkey", |b| b.pkey = pkey);
+    }
+    wait_until("the bad P_Keys", || load(&counters.bad_pkey) == 3);
+    assert_eq!(load(&counters.gsi_unhandled), 0, "none reached QP1");
+    send_ud_with(&peer, 1, b"limited member", |b| b.pkey = 0x7fff);
+    wait_until("the limited member", || load(&counters.gsi_unhandled) == 1);
+    assert_eq!(
+        (load(&counters.bad_version), load(&counters.bad_pkey)),
+        (1, 3)
+    );
 }

@@ -299,6 +299,12 @@ impl MrTable {
     /// A table for at most `max_mr` regions (clamped to 2^24, so that keys keep at least 8
     /// random bits; see the key scheme in `keys.rs`).
     pub fn new(max_mr: u32) -> MrTable {
+        MrTable::with_windows(max_mr, crate::memory::MAX_MW)
+    }
+
+    /// A table for at most `max_mr` regions (as [`MrTable::new`]) and `max_mw` memory
+    /// windows (clamped to [`crate::memory::MAX_MW`]).
+    pub fn with_windows(max_mr: u32, max_mw: u32) -> MrTable {
         let max_mr = max_mr.min(MAX_SLOTS);
         MrTable {
             inner: RwLock::new(Inner {
@@ -308,7 +314,7 @@ impl MrTable {
                 layout: KeyLayout::for_slots(max_mr),
                 keygen: KeyGen::new(),
                 pd_regions: HashMap::new(),
-                windows: WindowTable::new(),
+                windows: WindowTable::new(max_mw),
             }),
         }
     }

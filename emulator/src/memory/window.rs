@@ -109,22 +109,27 @@ pub(crate) struct WindowTable {
     keygen: KeyGen,
     /// Windows per PD (a PD with windows cannot be deallocated).
     pd_windows: HashMap<u32, u32>,
+    /// Most windows at once (at most [`MAX_MW`]).
+    max_mw: u32,
 }
 
 impl WindowTable {
-    pub(crate) fn new() -> WindowTable {
+    /// A table of at most `max_mw` windows (clamped to [`MAX_MW`]).
+    pub(crate) fn new(max_mw: u32) -> WindowTable {
         WindowTable {
             windows: HashMap::new(),
             keygen: KeyGen::new(),
             pd_windows: HashMap::new(),
+            max_mw: max_mw.min(MAX_MW),
         }
     }
 
     /// `ibv_alloc_mw`: a new window in `pd`, unbound; returns its id and first rkey.
     pub(crate) fn alloc(&mut self, pd: u32, mw_type: MwType) -> VerbsResult<(u32, u32)> {
-        if self.windows.len() >= MAX_MW as usize {
+        if self.windows.len() >= self.max_mw as usize {
             return Err(VerbsError::nomem(format!(
-                "alloc_mw: all {MAX_MW} memory windows in use"
+                "alloc_mw: all {} memory windows in use",
+                self.max_mw
             )));
         }
         let mut id = None;

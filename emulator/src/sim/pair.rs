@@ -281,8 +281,21 @@ impl SimPair {
     }
 
     /// Runs one transport call on `side`'s QP at the current virtual time and handles what it
-    /// produced.
+    /// produced; then, as the engine does, the calls that send the rest of a READ's
+    /// responses, a burst each.
     fn drive<R>(
+        &mut self,
+        side: Side,
+        call: impl FnOnce(&mut TransportQp, &Env<'_>, &mut Outputs) -> R,
+    ) -> R {
+        let result = self.drive_once(side, call);
+        while self.node(side).qp.responses_pending() {
+            self.drive_once(side, |qp, env, out| qp.continue_responses(env, out));
+        }
+        result
+    }
+
+    fn drive_once<R>(
         &mut self,
         side: Side,
         call: impl FnOnce(&mut TransportQp, &Env<'_>, &mut Outputs) -> R,
@@ -443,7 +456,8 @@ impl SimPair {
                     return false;
                 };
                 self.now_ns = self.now_ns.max(at);
-                self.deliver(to, src_port, &bytes);
+                // A drop is the pipeline's business; the trace shows what arrived.
+                let _ = self.deliver(to, src_port, &bytes);
                 true
             }
             (_, Some((d, side))) => {
@@ -455,7 +469,29 @@ impl SimPair {
         }
     }
 
-    fn deliver(&mut self, to: Side, src_port: u16, bytes: &[u8]) {
+    /// Hands `to` a packet forged by a third party as if its peer had sent it (the peer's
+    /// address, UDP source port `src_port`): emitted from `repr` with a valid ICRC, so it
+    /// meets the receive pipeline as an attacker's packet would. Returns the pipeline's
+    /// drop reason, if it dropped the packet; what the QP answers goes onto the wire.
+    pub fn inject(&mut self, to: Side, src_port: u16, repr: &RoceRepr<'_>) -> Result<(), RxDrop> {
+        let mut bytes = vec![0u8; repr.buffer_len()];
+        repr.emit(&mut bytes)
+            .expect("a packet the opcode table can lay out");
+        let ctx = IcrcContext {
+            ip: IpHeaderInfo::V4 {
+                src: to.other().ip(),
+                dst: to.ip(),
+                identification: 0,
+                flags_fragment: 0x4000,
+            },
+            udp_src_port: src_port,
+            udp_dst_port: 4791,
+        };
+        write_icrc(&ctx, &mut bytes);
+        self.deliver(to, src_port, &bytes)
+    }
+
+    fn deliver(&mut self, to: Side, src_port: u16, bytes: &[u8]) -> Result<(), RxDrop> {
         let from = to.other();
         // The engine's receive pipeline; the simulated senders are softverbs ones (IP ID 0).
         let datagram = DatagramView {
@@ -471,16 +507,15 @@ impl SimPair {
                     at_ns: self.now_ns,
                     to,
                 });
-                return;
+                return Err(RxDrop::IcrcError);
             }
-            Err(_) => return,
+            Err(reason) => return Err(reason),
         };
         let qp = &self.node(to).qp;
         let peer = qp.path.map(|p| p.dst_ip);
-        if check_for_qp(&repr, qp.qp_type, peer, datagram.src.ip()).is_err() {
-            return;
-        }
+        check_for_qp(&repr, qp.qp_type, peer, datagram.src.ip())?;
         self.drive(to, |qp, env, out| qp.on_packet(&repr, env, out));
+        Ok(())
     }
 
     /// Steps until nothing is left or `max_steps` ran; returns the steps taken.

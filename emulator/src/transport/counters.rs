@@ -26,6 +26,9 @@ pub struct Counters {
     /// Packets dropped as invalid for the QP's state or sequence (and UC / UD messages that
     /// could not be received).
     pub dropped_packets: u64,
+    /// READ responses dropped because their opcode was not the one their place in the
+    /// READ calls for (a FIRST completing a one-packet READ, say).
+    pub out_of_sequence_responses: u64,
     /// UD packets dropped because their Q_Key did not match the QP's.
     pub qkey_violations: u64,
     /// Send WQEs that completed successfully, signaled or not: they left the send queue.
@@ -47,6 +50,7 @@ impl Counters {
             seq_err_naks_received,
             duplicate_requests,
             dropped_packets,
+            out_of_sequence_responses,
             qkey_violations,
             completed_sends,
         } = *other;
@@ -61,6 +65,7 @@ impl Counters {
         self.seq_err_naks_received += seq_err_naks_received;
         self.duplicate_requests += duplicate_requests;
         self.dropped_packets += dropped_packets;
+        self.out_of_sequence_responses += out_of_sequence_responses;
         self.qkey_violations += qkey_violations;
         self.completed_sends += completed_sends;
     }

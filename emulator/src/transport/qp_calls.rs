@@ -214,6 +214,20 @@ impl TransportQp {
         }
     }
 
+    /// True while the responder has READ responses left to send. A call makes at most a
+    /// burst of them ([`responder::READ_RESPONSE_BURST`]), so that memory per READ is
+    /// bounded whatever its length: the driver sends what the call produced, then calls
+    /// [`TransportQp::continue_responses`] while this holds, before it hands the QP its
+    /// next packet (a request that comes earlier is dropped).
+    pub fn responses_pending(&self) -> bool {
+        self.resp.responses_pending()
+    }
+
+    /// Makes the next burst of READ responses (see [`TransportQp::responses_pending`]).
+    pub fn continue_responses(&mut self, env: &Env<'_>, out: &mut Outputs) {
+        responder::continue_read(self, env, out);
+    }
+
     /// Fires whatever deadline has passed at `env.now_ns()`.
     pub fn on_timer(&mut self, env: &Env<'_>, out: &mut Outputs) {
         completer::on_timer(self, env, out);

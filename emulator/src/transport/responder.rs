@@ -6,10 +6,14 @@
 //! recent atomics and the ACK it owes. The fields are the responder's own; the QP reads
 //! and resets them through the methods here.
 
+mod access;
 mod answers;
+mod rd_atomic;
 mod requests;
 
 pub use answers::send_lazy_ack;
+pub(crate) use rd_atomic::continue_read;
+pub use rd_atomic::{RdAtomicResource, ReadStream, READ_RESPONSE_BURST};
 pub use requests::on_request;
 
 use std::collections::VecDeque;
@@ -37,15 +41,6 @@ pub struct WriteInProgress {
     dma_len: u64,
     /// Bytes placed so far.
     offset: u64,
-}
-
-/// The answer to an executed atomic, kept to answer its duplicates without executing again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AtomicReplay {
-    /// PSN of the atomic request.
-    psn: Psn,
-    /// The original value it returned.
-    orig: u64,
 }
 
 /// Where the responder stands with the request stream.
@@ -76,9 +71,11 @@ pub struct ResponderState {
     /// Taking requests in sequence, or (RC) waiting for the retransmission a PSN sequence
     /// NAK asked for, or (UC) dropping the rest of a message that lost a packet.
     phase: ResponderPhase,
-    /// Answers of the latest atomics, oldest first, at most `max_dest_rd_atomic` of them (the
-    /// requester never has more outstanding, so a retransmitted atomic is always here).
-    atomic_replay: VecDeque<AtomicReplay>,
+    /// The latest READ / atomic requests, oldest first, at most `max_dest_rd_atomic` of them:
+    /// the only past requests answered again (see `rd_atomic`).
+    rd_atomic: VecDeque<RdAtomicResource>,
+    /// The READ responses still to send (a READ is answered a burst at a time).
+    read_out: Option<ReadStream>,
     /// RC: the newest request accepted without an ACK request and not acknowledged since,
     /// with the MSN after it. Its ACK leaves with [`send_lazy_ack`], when the driver has
     /// nothing more pressing (see `requester::asks_for_ack`).
@@ -102,6 +99,11 @@ impl ResponderState {
             epsn: psn,
             ..ResponderState::default()
         };
+    }
+
+    /// True while READ responses remain to be sent (see `TransportQp::continue_responses`).
+    pub fn responses_pending(&self) -> bool {
+        self.read_out.is_some()
     }
 
     fn in_message(&self) -> bool {

@@ -202,9 +202,6 @@ const DEVICE_CAP_FLAGS: u32 = (1 << 7) // CURR_QP_STATE_MOD
     | (1 << 21) // MEM_MGT_EXTENSIONS
     | (1 << 24); // MEM_WINDOW_TYPE_2B
 
-/// Memory windows a device offers (the contract does not report a limit).
-const MAX_MW: i32 = 1 << 16;
-
 fn clamp_i32(v: u32) -> i32 {
     v.min(i32::MAX as u32) as i32
 }
@@ -241,7 +238,7 @@ pub fn device_attr(d: &DeviceAttr, max_pkeys: u16) -> IbvDeviceAttr {
         atomic_cap: ATOMIC_HCA,
         max_ee: 0,
         max_rdd: 0,
-        max_mw: MAX_MW,
+        max_mw: clamp_i32(d.max_mw),
         max_raw_ipv6_qp: 0,
         max_raw_ethy_qp: 0,
         max_mcast_grp: 0,

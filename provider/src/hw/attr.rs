@@ -45,6 +45,7 @@ pub(crate) fn device_attr(a: &ibv_device_attr) -> DeviceAttr {
         max_cq: nonneg(a.max_cq),
         max_cqe: nonneg(a.max_cqe),
         max_mr: nonneg(a.max_mr),
+        max_mw: nonneg(a.max_mw),
         max_pd: nonneg(a.max_pd),
         max_qp_rd_atom: nonneg(a.max_qp_rd_atom),
         max_qp_init_rd_atom: nonneg(a.max_qp_init_rd_atom),

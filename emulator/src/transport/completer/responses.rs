@@ -75,6 +75,14 @@ pub fn on_response(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out:
 /// A READ response at `pkt.bth.psn`: lands in the oldest WQE, which must be that READ.
 fn on_read_response(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: &mut Outputs) {
     let psn = pkt.bth.psn;
+    if !opcode_in_sequence(qp, pkt) {
+        // rxe's check_op_seq: an opcode out of place is no answer to anything (not even
+        // an implicit ACK of what came before it); the real response, or the ACK timer,
+        // moves on.
+        qp.counters.dropped_packets += 1;
+        qp.counters.out_of_sequence_responses += 1;
+        return;
+    }
     let earlier_unanswered = ack_before(qp, psn, env, out).filter(|first| *first != psn);
     let mtu = qp.attr.path_mtu.bytes() as u64;
     let pd = qp.pd;
@@ -138,6 +146,36 @@ fn on_read_response(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out
             qp.comp.una = psn.next();
         }
         note_progress(qp, true, env);
+    }
+}
+
+/// Whether a READ response's opcode is the one its place calls for, in the sent WR whose
+/// PSNs it names: for a READ, FIRST at its first PSN and MIDDLE after it, LAST at its last
+/// one, ONLY for a one-packet READ; for ATOMIC WRITE and FLUSH, ONLY. A READ re-asked from a
+/// later PSN is answered from there with MIDDLE ... LAST, as rxe's responder replays it.
+fn opcode_in_sequence(qp: &TransportQp, pkt: &RoceRepr<'_>) -> bool {
+    let psn = pkt.bth.psn;
+    let Some(info) = pkt.bth.opcode.info() else {
+        return false;
+    };
+    let wqe = (0..qp.sq.len())
+        .filter_map(|i| qp.sq.get(i))
+        .take_while(|w| w.packet_count > 0)
+        .find(|w| {
+            let into = psn.diff(w.first_psn);
+            into >= 0 && (into as u32) < w.psn_count
+        });
+    let Some(wqe) = wqe else {
+        // Not a PSN of any request sent: the caller's window checks drop it.
+        return true;
+    };
+    let into = psn.diff(wqe.first_psn) as u32;
+    match wqe.opcode {
+        WrOpcode::RdmaRead => {
+            info.is_first() == (into == 0) && info.is_last() == (into + 1 == wqe.psn_count)
+        }
+        WrOpcode::AtomicWrite | WrOpcode::Flush => info.is_first() && info.is_last(),
+        _ => false,
     }
 }
 

@@ -4,20 +4,16 @@
 
 use softverbs_api::{AccessFlags, QpState, QpType, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
-use super::answers::{
-    accept, complete_recv, count_message, emit_from_memory, nak_and_fail, send_ack,
-    send_atomic_ack, send_empty_read_response, send_rnr_nak,
-};
-use crate::memory::{MemError, RemoteAccessor};
+use super::access::{accessor, nak_for, qp_allows};
+use super::answers::{accept, complete_recv, count_message, nak_and_fail, send_ack, send_rnr_nak};
+use super::rd_atomic;
 use crate::transport::env::Env;
 use crate::transport::outputs::{Completion, CompletionTarget, Outputs};
 use crate::transport::qp::TransportQp;
 use crate::transport::recv_queue;
-use crate::transport::responder::{AtomicReplay, RecvInProgress, ResponderPhase, WriteInProgress};
+use crate::transport::responder::{RecvInProgress, ResponderPhase, WriteInProgress};
 use crate::transport::wqe::RecvWqe;
-use crate::wire::{
-    AethRepr, BthRepr, FethRepr, NakCode, OpKind, Opcode, OpcodeInfo, Psn, RoceRepr, Transport,
-};
+use crate::wire::{AethRepr, FethRepr, NakCode, OpKind, OpcodeInfo, Psn, RoceRepr, Transport};
 
 /// A request packet for this QP.
 pub fn on_request(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: &mut Outputs) {
@@ -32,7 +28,10 @@ pub fn on_request(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: 
         qp.state(),
         QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
     );
-    if !transport_ok || !ready {
+    // The driver sends a READ's responses to the end before it hands over the next packet
+    // (see `TransportQp::continue_responses`); one that comes earlier cannot be answered in
+    // order, and the requester sends it again.
+    if !transport_ok || !ready || qp.resp.responses_pending() {
         qp.counters.dropped_packets += 1;
         return;
     }
@@ -49,10 +48,20 @@ pub fn on_request(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: 
             }
         }
     }
+    if !fits_path_mtu(qp, pkt, info) {
+        // As rxe's check_length: refused before anything of it is executed.
+        if qp.qp_type == QpType::Uc {
+            let wqe = qp.resp.current.take().map(|c| c.wqe);
+            uc_drop(qp, env, wqe, WcStatus::RemInvReqErr, out);
+        } else {
+            nak_and_fail(qp, pkt.bth.psn, NakCode::InvalidRequest, None, out);
+        }
+        return;
+    }
     match info.kind {
         OpKind::Send => receive_send(qp, pkt, info, env, out),
         OpKind::RdmaWrite => receive_write(qp, pkt, info, env, out),
-        OpKind::ReadRequest => execute_read(qp, pkt, env, out, false),
+        OpKind::ReadRequest => rd_atomic::execute_read(qp, pkt, env, out),
         OpKind::CompareSwap | OpKind::FetchAdd => execute_atomic(qp, pkt, info, env, out),
         OpKind::AtomicWrite | OpKind::Flush => execute_write_or_flush(qp, pkt, info, env, out),
         _ => nak_and_fail(qp, pkt.bth.psn, NakCode::InvalidRequest, None, out),
@@ -125,6 +134,22 @@ fn uc_in_sequence(
     true
 }
 
+/// Whether a SEND or WRITE packet carries what the path MTU allows at its place in the
+/// message: a FIRST or MIDDLE exactly the MTU, a LAST 1 to MTU bytes, an ONLY at most the
+/// MTU. (Other requests carry fixed payloads the parser already checked.)
+fn fits_path_mtu(qp: &TransportQp, pkt: &RoceRepr<'_>, info: &OpcodeInfo) -> bool {
+    if !matches!(info.kind, OpKind::Send | OpKind::RdmaWrite) {
+        return true;
+    }
+    let mtu = qp.attr.path_mtu.bytes() as usize;
+    let len = pkt.payload.len();
+    match (info.is_first(), info.is_last()) {
+        (true, true) => len <= mtu,
+        (false, true) => len > 0 && len <= mtu,
+        _ => len == mtu,
+    }
+}
+
 /// True for the packets that begin a message: FIRST and ONLY (READs and atomics are whole
 /// messages in one packet).
 fn starts_message(info: &OpcodeInfo) -> bool {
@@ -185,8 +210,8 @@ fn uc_drop(
 }
 
 /// A request already executed arrived again (C9-105 ff.): SENDs and WRITEs are acknowledged
-/// again, never executed twice; READs are executed again (they change nothing); atomics are
-/// answered from the replay cache.
+/// again, never executed twice; READs and atomics are answered from the stored requests
+/// (`rd_atomic`), and nothing else is.
 fn answer_duplicate(
     qp: &mut TransportQp,
     pkt: &RoceRepr<'_>,
@@ -195,44 +220,17 @@ fn answer_duplicate(
     out: &mut Outputs,
 ) {
     match info.kind {
-        OpKind::ReadRequest => execute_read(qp, pkt, env, out, true),
-        OpKind::CompareSwap | OpKind::FetchAdd => {
-            let psn = pkt.bth.psn;
-            let cached = qp.resp.atomic_replay.iter().find(|r| r.psn == psn).copied();
-            if let Some(replay) = cached {
-                send_atomic_ack(qp, psn, replay.orig, out);
-            }
-        }
-        // Nothing to remember: the answer is always the same empty response.
-        OpKind::AtomicWrite | OpKind::Flush => send_empty_read_response(qp, pkt.bth.psn, out),
+        OpKind::ReadRequest
+        | OpKind::CompareSwap
+        | OpKind::FetchAdd
+        | OpKind::AtomicWrite
+        | OpKind::Flush => rd_atomic::answer_duplicate(qp, pkt, info.kind, env, out),
         _ if pkt.bth.ack_req || info.is_last() => {
             let prev = qp.resp.epsn.add(Psn::MASK);
             send_ack(qp, prev, AethRepr::ack(qp.resp.msn), out);
         }
         _ => {}
     }
-}
-
-/// The NAK a refused memory access earns.
-fn nak_for(e: MemError) -> NakCode {
-    match e {
-        MemError::Misaligned | MemError::LengthExceeded => NakCode::InvalidRequest,
-        MemError::InvalidKey
-        | MemError::PdMismatch
-        | MemError::OutOfBounds
-        | MemError::AccessDenied => NakCode::RemoteAccessError,
-    }
-}
-
-/// Whom the memory checks see for a request on `qp`: its PD, and its number for type 2
-/// windows.
-fn accessor(qp: &TransportQp) -> RemoteAccessor {
-    RemoteAccessor::qp(qp.pd, qp.qpn)
-}
-
-/// The QP must allow `need` (its `qp_access_flags`); otherwise the request is invalid.
-fn qp_allows(qp: &TransportQp, need: AccessFlags) -> bool {
-    qp.attr.qp_access_flags.contains(need)
 }
 
 fn receive_send(
@@ -406,72 +404,6 @@ fn receive_write(
     accept(qp, pkt, info, out);
 }
 
-/// Executes a READ request (again, for a duplicate) and sends its responses, starting at the
-/// request's PSN with the range its RETH names.
-fn execute_read(
-    qp: &mut TransportQp,
-    pkt: &RoceRepr<'_>,
-    env: &Env<'_>,
-    out: &mut Outputs,
-    duplicate: bool,
-) {
-    let psn = pkt.bth.psn;
-    let Some(reth) = pkt.reth else { return };
-    if !qp_allows(qp, AccessFlags::REMOTE_READ) {
-        if !duplicate {
-            nak_and_fail(qp, psn, NakCode::InvalidRequest, None, out);
-        }
-        return;
-    }
-    // Checked whole now; each response reads its part when it is built or sent, so a
-    // large READ is never copied out as a whole.
-    let data = match env
-        .mem
-        .remote_slice(accessor(qp), reth.rkey, reth.va, reth.dma_len)
-    {
-        Ok(data) => data,
-        Err(e) => {
-            if !duplicate {
-                nak_and_fail(qp, psn, nak_for(e), None, out);
-            }
-            return;
-        }
-    };
-    if !duplicate {
-        count_message(qp);
-    }
-    let mtu = qp.attr.path_mtu.bytes();
-    let len = data.map_or(0, |d| d.len);
-    let count = len.div_ceil(mtu).max(1);
-    for i in 0..count {
-        let opcode = match (i == 0, i + 1 == count) {
-            (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
-            (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
-            (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
-            (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
-        };
-        let part = data.and_then(|d| d.part(i * mtu..((i + 1) * mtu).min(len)));
-        let part_len = part.map_or(0, |p| p.len as usize);
-        let Some(stand_in) = crate::net::packet::payload_stand_in(part_len) else {
-            return;
-        };
-        let mut repr = RoceRepr::new(
-            BthRepr::new(opcode, qp.attr.dest_qp_num, psn.add(i)),
-            stand_in,
-        );
-        let carries_aeth = opcode
-            .info()
-            .is_some_and(|i| i.headers.contains(crate::wire::HeaderSet::AETH));
-        if carries_aeth {
-            repr.aeth = Some(AethRepr::ack(qp.resp.msn));
-        }
-        emit_from_memory(qp, &repr, part, env, out);
-    }
-    if !duplicate {
-        qp.resp.epsn = psn.add(count);
-    }
-}
-
 fn execute_atomic(
     qp: &mut TransportQp,
     pkt: &RoceRepr<'_>,
@@ -499,14 +431,7 @@ fn execute_atomic(
             return;
         }
     };
-    let depth = qp.attr.max_dest_rd_atomic.max(1) as usize;
-    while qp.resp.atomic_replay.len() >= depth {
-        qp.resp.atomic_replay.pop_front();
-    }
-    qp.resp.atomic_replay.push_back(AtomicReplay { psn, orig });
-    count_message(qp);
-    qp.resp.epsn = psn.next();
-    send_atomic_ack(qp, psn, orig, out);
+    rd_atomic::answer_atomic(qp, psn, orig, out);
 }
 
 /// ATOMIC WRITE (8 bytes in one store; QP and MR need REMOTE_WRITE) or FLUSH (QP and MR need
@@ -558,9 +483,7 @@ fn execute_write_or_flush(
         nak_and_fail(qp, psn, nak_for(e), None, out);
         return;
     }
-    count_message(qp);
-    qp.resp.epsn = psn.next();
-    send_empty_read_response(qp, psn, out);
+    rd_atomic::answer_empty(qp, psn, info.kind, out);
 }
 
 /// No receive WQE for a request that needs one: on RC the requester is told to wait

@@ -1,0 +1,67 @@
+//! What an [`EmuContext`] offers beyond the verbs: the QP1 (GSI) slot for a connection
+//! manager, device-level timers, and the device's counters.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use softverbs_api::{VerbsError, VerbsResult};
+
+use super::context::EmuContext;
+use super::device_counters::DeviceCounters;
+use super::device_timers::{TimerId, TimerJob};
+use super::gsi::GsiHandler;
+use crate::net::{OutPacket, PathInfo};
+use crate::wire::RoceRepr;
+
+impl EmuContext {
+    /// Installs `handler` for the packets that reach QP1 (the GSI: CM MADs), replacing any
+    /// handler before; `None` removes it (QP1 packets are then counted in
+    /// [`DeviceCounters::gsi_unhandled`] and dropped). The handler is the device's, shared
+    /// by all its contexts.
+    pub fn set_gsi_handler(&self, handler: Option<Arc<dyn GsiHandler>>) {
+        self.dev().set_gsi_handler(handler);
+    }
+
+    /// Sends one packet from QP1 (a CM MAD in a UD SEND ONLY with its DETH, built by the
+    /// caller) to `path`. QP1 has no send queue in the emulator: its sender (the connection
+    /// manager) keeps its own retry timers, so the packet goes straight to the link and,
+    /// like any UD datagram, may be lost. EINVAL if `repr` does not fit the opcode table.
+    pub fn send_gsi_packet(&self, path: &PathInfo, repr: &RoceRepr<'_>) -> VerbsResult<()> {
+        let packet = OutPacket::build(path, repr)
+            .ok_or_else(|| VerbsError::inval("QP1 packet inconsistent with its opcode"))?;
+        self.dev().send_packets(&mut vec![packet]);
+        Ok(())
+    }
+
+    /// Schedules `job` to run on the device's engine thread once `delay` has passed (a
+    /// device-level timer, for work that belongs to no QP). ENOMEM once
+    /// [`super::device_timers::MAX_DEVICE_TIMERS`] are armed. A timer fires at most a few
+    /// milliseconds late (the engine thread's longest sleep).
+    pub fn schedule_device_timer(&self, delay: Duration, job: TimerJob) -> VerbsResult<TimerId> {
+        let dev = self.dev();
+        let delay_ns = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+        dev.schedule_timer(dev.now_ns().saturating_add(delay_ns), job)
+            .map_err(|e| VerbsError::nomem(e.to_string()))
+    }
+
+    /// Cancels device timer `id`; false if it already fired or was cancelled.
+    pub fn cancel_device_timer(&self, id: TimerId) -> bool {
+        self.dev().timers.cancel(id)
+    }
+
+    /// Device-wide packet counters.
+    pub fn counters(&self) -> &DeviceCounters {
+        &self.dev().counters
+    }
+
+    /// The transport counters of every QP this device has had, live and destroyed, added
+    /// up: retransmissions, ACK timeouts, RNR and sequence-error NAKs, duplicates ...
+    pub fn transport_totals(&self) -> crate::transport::Counters {
+        self.dev().transport_totals()
+    }
+
+    /// The transport counters of QP `qpn`.
+    pub fn qp_counters(&self, qpn: u32) -> VerbsResult<crate::transport::Counters> {
+        Ok(self.dev().qp_entry(qpn)?.qp.lock().counters)
+    }
+}
