@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod broken_pipe;
 mod decode;
+mod decode_cm;
 mod demo;
 mod devices;
 mod ibv_oob;
