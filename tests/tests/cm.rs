@@ -263,3 +263,33 @@ fn ud_resolves_through_sidr_and_sends_with_the_rdma_cm_qkey() {
     assert_eq!((wc.wr_id, wc.byte_len), (3, 40 + 8));
     assert_eq!(&landing.to_vec()[40..48], b"datagram");
 }
+
+#[test]
+fn the_event_channel_fd_is_readable_exactly_while_an_event_waits_and_migrate_moves_events() {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let readable = |ch: &EventChannel| {
+        let mut fds = [PollFd::new(std::os::fd::AsFd::as_fd(ch), PollFlags::POLLIN)];
+        poll(&mut fds, PollTimeout::ZERO).unwrap() == 1
+    };
+    let _device = device(7);
+    let (one, two) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let id = CmId::new(&one, PortSpace::Tcp).unwrap();
+    assert!(!readable(&one));
+    id.resolve_addr(None, SocketAddr::new(ip(7), 7003), WAIT)
+        .unwrap();
+    assert!(readable(&one), "ADDR_RESOLVED waits");
+    // The waiting event moves with the id.
+    id.migrate(&two).unwrap();
+    assert!(!readable(&one) && readable(&two));
+    let e = two.get_event(Some(Duration::ZERO)).unwrap().unwrap();
+    assert_eq!(e.event, EventType::AddrResolved);
+    assert!(e.id.same(&id));
+    assert!(!readable(&two));
+    assert!(
+        two.get_event(Some(Duration::ZERO)).unwrap().is_none(),
+        "non-blocking: nothing"
+    );
+    // Wrong order: the route before the address is EINVAL.
+    let other = CmId::new(&one, PortSpace::Tcp).unwrap();
+    assert_eq!(other.resolve_route(WAIT).unwrap_err().errno(), libc::EINVAL);
+}

@@ -2,7 +2,7 @@
 //! readable while an event waits (poll, epoll, tokio's `AsyncFd`), on the emulator's one
 //! fd-backed event queue type. Its type lives in `shared`; here, reading events.
 
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
 
 use softverbs_api::VerbsResult;
@@ -29,5 +29,12 @@ impl EventChannel {
 impl AsRawFd for EventChannel {
     fn as_raw_fd(&self) -> RawFd {
         self.fd()
+    }
+}
+
+impl AsFd for EventChannel {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // The queue owns the eventfd and `self` keeps the queue alive.
+        crate::fd::borrow_backend_fd(self, self.fd())
     }
 }
