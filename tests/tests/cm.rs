@@ -293,3 +293,23 @@ fn the_event_channel_fd_is_readable_exactly_while_an_event_waits_and_migrate_mov
     let other = CmId::new(&one, PortSpace::Tcp).unwrap();
     assert_eq!(other.resolve_route(WAIT).unwrap_err().errno(), libc::EINVAL);
 }
+
+#[test]
+fn a_listener_destroyed_with_requests_waiting_rejects_them_and_leaves_nothing() {
+    let (s_ctx, _c_ctx) = (device(8), device(9));
+    let server = listener(8, 7004, PortSpace::Tcp);
+    let cl = client(8, 7004, 9, PortSpace::Tcp);
+    cl.connect(&ConnParam::default()).unwrap();
+    let cm = s_ctx.cm_service().unwrap();
+    let start = std::time::Instant::now();
+    while cm.counters().live_connections == 0 {
+        assert!(start.elapsed() < WAIT, "the request never arrived");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The CONNECT_REQUEST waits on the listener's channel, never taken.
+    server.destroy();
+    let e = cl.next_event(WAIT).unwrap();
+    assert_eq!(e.event, EventType::Rejected, "{e:?}");
+    let c = cm.counters();
+    assert_eq!((c.live_connections, c.ports_bound), (0, 0), "{c:?}");
+}

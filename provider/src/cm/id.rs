@@ -142,6 +142,7 @@ impl IdShared {
         if let Some(local) = st.local {
             if was == Phase::Listening {
                 let _ = dev.service.unlisten(self.ps, local.port());
+                self.end_untaken_requests(&dev);
             }
             if st.port_held {
                 dev.service.release_port(self.ps, local.port());
@@ -149,6 +150,38 @@ impl IdShared {
             }
         }
         // The QP and CQs go with the last handle (rdma_destroy_qp / the ep's own drop).
+    }
+
+    /// Ends the requests a destroyed listener never handed out (their events are dropped
+    /// from its channel): a REJ, or a SIDR reject, so that the core frees them.
+    fn end_untaken_requests(&self, dev: &crate::cm::addr::Device) {
+        let channel = self.channel.lock().clone();
+        let mut untaken = Vec::new();
+        channel.queue.with_state_dropping(|_, dropper| {
+            dropper.retain(|e| {
+                if !e.target.ptr_eq(&self.me) {
+                    return true;
+                }
+                if let RawKind::Core { id, kind } = &e.what {
+                    if matches!(
+                        kind,
+                        CoreKind::ConnectRequest { .. } | CoreKind::SidrRequest { .. }
+                    ) {
+                        untaken.push(*id);
+                    }
+                }
+                false
+            });
+        });
+        for core in untaken {
+            let _ = match self.ps {
+                PortSpace::Udp => dev
+                    .service
+                    .sidr_reject(core, &[])
+                    .and_then(|()| dev.service.sidr_destroy(core)),
+                _ => dev.service.destroy(core),
+            };
+        }
     }
 
     /// The id core `id` names among this id and its request children.
