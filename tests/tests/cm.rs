@@ -313,3 +313,27 @@ fn a_listener_destroyed_with_requests_waiting_rejects_them_and_leaves_nothing() 
     let c = cm.counters();
     assert_eq!((c.live_connections, c.ports_bound), (0, 0), "{c:?}");
 }
+
+#[test]
+fn the_passive_side_disconnects_first() {
+    let _devices = (device(10), device(11));
+    let server = listener(10, 7005, PortSpace::Tcp);
+    let cl = client(10, 7005, 11, PortSpace::Tcp);
+    cl.connect(&ConnParam::default()).unwrap();
+    let (child, _) = server.get_request(WAIT).unwrap();
+    child.create_qp(None, &QpOptions::default()).unwrap();
+    child.accept_sync(&ConnParam::default(), WAIT).unwrap();
+    cl.expect(EventType::Established, WAIT).unwrap();
+    child.disconnect().unwrap();
+    child.expect(EventType::Disconnected, WAIT).unwrap();
+    cl.expect(EventType::Disconnected, WAIT).unwrap();
+    // Posting on a disconnected id: the QP is in ERR, the WR flushes.
+    cl.post_send(
+        1,
+        Local::Inline(b"late"),
+        SendFlags::INLINE | SendFlags::SIGNALED,
+    )
+    .unwrap();
+    let wc = cl.get_send_comp_timeout(WAIT).unwrap();
+    assert_eq!(wc.status, WcStatus::WrFlushErr);
+}

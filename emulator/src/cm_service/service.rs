@@ -22,6 +22,7 @@ use super::qp_moves;
 use crate::cm::{CmEvent, CmEventKind, CmId, CmManager, CmOutput, QpRequest};
 use crate::engine::clock::Clock;
 use crate::engine::{EmuContext, TimerId};
+use crate::wire::cm::{CmMad, CmMessage, RepRepr, RtuRepr};
 
 /// MADs waiting for the service at most; more are dropped (counted) and the peer's CM
 /// resends them.
@@ -175,44 +176,52 @@ impl CmService {
         });
     }
 
-    /// Does what the core asked, in order, then re-arms the timer.
+    /// Does what the core asked, in order, then re-arms the timer. After a QP move that
+    /// failed, the rest of that connection's batch (its other move, the REP or RTU that
+    /// would announce the QP, its ESTABLISHED) is dropped: the attempt ends in
+    /// CONNECT_ERROR here and the REJ (or DREQ) the core's destroy queued there.
     fn flush(&self, st: &mut State, now_ns: u64) {
+        let mut aborted: Option<(CmId, u32)> = None;
         while let Some(output) = st.mgr.poll_output() {
+            if aborted.is_some_and(|(id, qpn)| belongs_to(&output, id, qpn)) {
+                continue;
+            }
             match output {
                 CmOutput::SendMad { to, mad } => {
                     let psn = st.gsi_psn;
                     st.gsi_psn = (psn + 1) & 0x00ff_ffff;
-                    let cell = match self
-                        .ctx
-                        .send_gsi_packet(&gsi_path(to), &gsi_packet(&mad[..], psn))
-                    {
+                    let packet = gsi_packet(&mad[..], psn);
+                    let cell = match self.ctx.send_gsi_packet(&gsi_path(to), &packet) {
                         Ok(()) => &self.cells.mads_sent,
                         Err(_) => &self.cells.send_failed,
                     };
                     ServiceCounterCells::bump(cell);
                 }
-                CmOutput::ModifyQp(request) => self.move_qp(st, now_ns, &request),
+                CmOutput::ModifyQp(request) => {
+                    if let Some(failed) = self.move_qp(st, now_ns, &request) {
+                        aborted = Some(failed);
+                    }
+                }
                 CmOutput::Event(event) => self.route(st, event),
             }
         }
         self.rearm(st, now_ns);
     }
 
-    /// Applies a QP move; a failed RTR/RTS ends the attempt with CONNECT_ERROR and a REJ
-    /// (the core's destroy), as rdma_cm does when it cannot modify the QP.
-    fn move_qp(&self, st: &mut State, now_ns: u64, request: &QpRequest) {
+    /// Applies a QP move; a failed RTR/RTS ends the attempt with CONNECT_ERROR and the
+    /// core's destroy (a REJ), as rdma_cm does when it cannot modify the QP. Returns the
+    /// connection and QP of a failed move.
+    fn move_qp(&self, st: &mut State, now_ns: u64, request: &QpRequest) -> Option<(CmId, u32)> {
         if qp_moves::apply(&self.ctx as &dyn VerbsContext, request).is_ok() {
-            return;
+            return None;
         }
         ServiceCounterCells::bump(&self.cells.qp_modify_failed);
         let qpn = match *request {
             QpRequest::Rtr { qpn, .. } | QpRequest::Rts { qpn, .. } => qpn,
             // Moving to ERR fails only for a QP already destroyed: nothing to report.
-            QpRequest::Err { .. } => return,
+            QpRequest::Err { .. } => return None,
         };
-        let Some(id) = st.qp_owner.remove(&qpn) else {
-            return;
-        };
+        let id = st.qp_owner.remove(&qpn)?;
         self.route(
             st,
             CmEvent {
@@ -222,6 +231,7 @@ impl CmService {
         );
         // Quiet from here on: the REJ goes out, no more events.
         let _ = st.mgr.destroy(now_ns, id);
+        Some((id, qpn))
     }
 
     /// Hands `event` to its sink; a request goes to its listener's sink, which also gets
@@ -274,6 +284,23 @@ impl CmService {
         if let Ok(id) = self.ctx.schedule_device_timer(delay, job) {
             st.timer = Some((at_ns, id));
         }
+    }
+}
+
+/// True for an output of connection `id` (QP `qpn`) queued with a move that failed: the
+/// other move, the REP or RTU that follows it, its events.
+fn belongs_to(output: &CmOutput, id: CmId, qpn: u32) -> bool {
+    match output {
+        CmOutput::ModifyQp(QpRequest::Rtr { qpn: q, .. } | QpRequest::Rts { qpn: q, .. }) => {
+            *q == qpn
+        }
+        CmOutput::ModifyQp(QpRequest::Err { .. }) => false,
+        CmOutput::Event(e) => e.id == id,
+        CmOutput::SendMad { mad, .. } => matches!(
+            CmMad::parse(&mad[..]).map(|m| m.message),
+            Ok(CmMessage::Rep(RepRepr { local_comm_id, .. })
+                | CmMessage::Rtu(RtuRepr { local_comm_id, .. })) if local_comm_id == id.0
+        ),
     }
 }
 

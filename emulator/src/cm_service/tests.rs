@@ -265,3 +265,53 @@ fn qp1_input_that_is_not_a_cm_mad_is_counted_and_dropped() {
     assert_eq!((c.gsi_packets, c.cm.malformed, c.mads_sent), (4, 2, 0));
     assert_eq!(c.live_connections, 0);
 }
+
+#[test]
+fn a_qp_move_that_fails_is_a_connect_error_here_and_a_reject_there() {
+    let net = ChannelNetwork::new();
+    let server_ip = IpAddr::V4(Ipv4Addr::new(10, 78, 2, 1));
+    let client_ip = IpAddr::V4(Ipv4Addr::new(10, 78, 2, 2));
+    let server = device(&net, "cm-svc-err-server", server_ip);
+    let client = device(&net, "cm-svc-err-client", client_ip);
+    let (s_cm, c_cm) = (
+        CmService::for_context(&server).unwrap(),
+        CmService::for_context(&client).unwrap(),
+    );
+    let (listen_sink, listen_rx) = sink();
+    s_cm.listen(PortSpace::Tcp, 7471, listen_sink).unwrap();
+    let (_, _, c_qpn) = rc_qp(&client);
+    let (c_sink, c_rx) = sink();
+    let params = ConnectParams {
+        peer: server_ip,
+        port_space: PortSpace::Tcp,
+        dst_port: 7471,
+        src_port: 40000,
+        qpn: c_qpn,
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        path_mtu: 3,
+        srq: false,
+        private_data: Vec::new(),
+    };
+    c_cm.connect(&params, c_sink).unwrap();
+    let request = listen_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    // A QP number the server does not have: RTR cannot be applied.
+    let accept = AcceptParams {
+        qpn: 0x00ab_cdef,
+        responder_resources: 1,
+        initiator_depth: 1,
+        rnr_retry_count: 7,
+        srq: false,
+        private_data: Vec::new(),
+    };
+    s_cm.accept(request.id, &accept).unwrap();
+    assert_eq!(next(&listen_rx), CmEventKind::ConnectError);
+    assert!(matches!(next(&c_rx), CmEventKind::Rejected(_)));
+    assert_eq!(s_cm.counters().qp_modify_failed, 1);
+    assert!(
+        listen_rx.recv_timeout(Duration::from_millis(100)).is_err(),
+        "one event only"
+    );
+}
