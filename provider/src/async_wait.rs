@@ -1,5 +1,5 @@
-//! Waiting for completions and async events inside tokio (cargo feature `tokio`): the
-//! channel's and the context's descriptors are watched with `AsyncFd`.
+//! Waiting for completions, async events and CM events inside tokio (cargo feature
+//! `tokio`): the channels' and the context's descriptors are watched with `AsyncFd`.
 //!
 //! Each wait registers its own duplicate of the descriptor (epoll tells duplicates apart),
 //! so waits may run concurrently, on any runtime, and be cancelled at any point. Several
@@ -146,6 +146,27 @@ impl AsyncEvents {
                 .await
                 .map_err(|e| io_error("waiting for async events", e))?;
             if let Some(event) = self.get(Some(Duration::ZERO))? {
+                return Ok(event);
+            }
+            guard.clear_ready();
+        }
+    }
+}
+
+impl crate::cm::EventChannel {
+    /// `rdma_get_cm_event` without blocking the thread (feature `tokio`): the next CM event,
+    /// waiting on the channel's descriptor. Cancel-safe.
+    pub async fn next_async(&self) -> VerbsResult<crate::cm::CmEvent> {
+        if let Some(event) = self.get_event(Some(Duration::ZERO))? {
+            return Ok(event);
+        }
+        let watcher = watch(self.as_fd())?;
+        loop {
+            let mut guard = watcher
+                .readable()
+                .await
+                .map_err(|e| io_error("waiting for CM events", e))?;
+            if let Some(event) = self.get_event(Some(Duration::ZERO))? {
                 return Ok(event);
             }
             guard.clear_ready();

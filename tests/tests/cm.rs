@@ -337,3 +337,36 @@ fn the_passive_side_disconnects_first() {
     let wc = cl.get_send_comp_timeout(WAIT).unwrap();
     assert_eq!(wc.status, WcStatus::WrFlushErr);
 }
+
+#[tokio::test]
+async fn a_connection_made_with_tokio_waiting_on_the_event_channels() {
+    let _devices = (device(12), device(13));
+    let s_channel = EventChannel::new().unwrap();
+    let server = CmId::new(&s_channel, PortSpace::Tcp).unwrap();
+    server.bind_addr(SocketAddr::new(ip(12), 7006)).unwrap();
+    server.listen(1).unwrap();
+    let c_channel = EventChannel::new().unwrap();
+    let cl = CmId::new(&c_channel, PortSpace::Tcp).unwrap();
+    cl.resolve_addr(None, SocketAddr::new(ip(12), 7006), WAIT)
+        .unwrap();
+    let next = |ch: &EventChannel| {
+        let ch = ch.clone();
+        async move {
+            tokio::time::timeout(WAIT, ch.next_async())
+                .await
+                .expect("an event in time")
+                .unwrap()
+        }
+    };
+    assert_eq!(next(&c_channel).await.event, EventType::AddrResolved);
+    cl.resolve_route(WAIT).unwrap();
+    assert_eq!(next(&c_channel).await.event, EventType::RouteResolved);
+    cl.create_qp(None, &QpOptions::default()).unwrap();
+    cl.connect(&ConnParam::default()).unwrap();
+    let req = next(&s_channel).await;
+    assert_eq!(req.event, EventType::ConnectRequest);
+    req.id.create_qp(None, &QpOptions::default()).unwrap();
+    req.id.accept(&ConnParam::default()).unwrap();
+    assert_eq!(next(&c_channel).await.event, EventType::Established);
+    assert_eq!(next(&s_channel).await.event, EventType::Established);
+}
