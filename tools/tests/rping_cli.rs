@@ -93,36 +93,14 @@ fn tshark_count(pcap: &Path, filter: &str) -> Option<usize> {
 #[test]
 fn rping_between_two_processes_checks_every_iteration_and_its_capture_decodes() {
     let devices = "rpa=127.28.3.1,rpb=127.28.3.2";
-    let srv = server(
-        devices,
-        &[
-            "-s",
-            "-a",
-            "127.28.3.1",
-            "-p",
-            "7180",
-            "-C",
-            "4",
-            "-S",
-            "100",
-            "-v",
-        ],
-    );
+    let server_args: Vec<&str> = "-s -a 127.28.3.1 -p 7180 -C 4 -S 100 -v"
+        .split(' ')
+        .collect();
+    let srv = server(devices, &server_args);
     let pcap = temp_file("rping.pcap");
-    let args = [
-        "-c",
-        "-a",
-        "127.28.3.1",
-        "-I",
-        "127.28.3.2",
-        "-p",
-        "7180",
-        "-C",
-        "4",
-        "-S",
-        "100",
-        "-v",
-    ];
+    let args: Vec<&str> = "-c -a 127.28.3.1 -I 127.28.3.2 -p 7180 -C 4 -S 100 -v"
+        .split(' ')
+        .collect();
     let out = client(devices, &pcap, &args);
     let mut srv = srv;
     if !out.status.success() {

@@ -92,6 +92,24 @@ fn poll_one(ctx: &EmuContext, cq: u32) -> WorkCompletion {
     }
 }
 
+/// rdma_cm's defaults for connecting QP `qpn` from `src_port` to `peer`, port 7471.
+fn connect_params(peer: IpAddr, src_port: u16, qpn: u32) -> ConnectParams {
+    ConnectParams {
+        peer,
+        port_space: PortSpace::Tcp,
+        dst_port: 7471,
+        src_port,
+        qpn,
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        path_mtu: 3,
+        srq: false,
+        private_data: Vec::new(),
+    }
+}
+
 const SERVER: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 78, 0, 1));
 const CLIENT: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 78, 0, 2));
 
@@ -115,18 +133,8 @@ fn two_devices_connect_through_qp1_send_data_and_tear_down_leaving_nothing() {
     let (c_sink, c_rx) = sink();
     let src_port = c_cm.bind_port(PortSpace::Tcp, 0).unwrap();
     let params = ConnectParams {
-        peer: SERVER,
-        port_space: PortSpace::Tcp,
-        dst_port: 7471,
-        src_port,
-        qpn: c_qpn,
-        responder_resources: 1,
-        initiator_depth: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        path_mtu: 3,
-        srq: false,
         private_data: b"hello".to_vec(),
+        ..connect_params(SERVER, src_port, c_qpn)
     };
     let c_id = c_cm.connect(&params, c_sink).unwrap();
 
@@ -281,20 +289,7 @@ fn a_qp_move_that_fails_is_a_connect_error_here_and_a_reject_there() {
     s_cm.listen(PortSpace::Tcp, 7471, listen_sink).unwrap();
     let (_, _, c_qpn) = rc_qp(&client);
     let (c_sink, c_rx) = sink();
-    let params = ConnectParams {
-        peer: server_ip,
-        port_space: PortSpace::Tcp,
-        dst_port: 7471,
-        src_port: 40000,
-        qpn: c_qpn,
-        responder_resources: 1,
-        initiator_depth: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        path_mtu: 3,
-        srq: false,
-        private_data: Vec::new(),
-    };
+    let params = connect_params(server_ip, 40000, c_qpn);
     c_cm.connect(&params, c_sink).unwrap();
     let request = listen_rx.recv_timeout(Duration::from_secs(10)).unwrap();
     // A QP number the server does not have: RTR cannot be applied.
