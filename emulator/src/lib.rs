@@ -14,6 +14,8 @@
 //!    events out; it never writes transport state), beside the transport.
 //! 4. [`engine`] (threads, the clock, the device tables; drives the transport), and [`sim`]
 //!    (the deterministic harness, which drives the transport with a virtual clock).
+//! 5. [`cm_service`] (the CM core running on a device: QP1 in, device timers, `modify_qp`,
+//!    event sinks), over the engine's public calls only.
 //!
 //! # Map of the emulator
 //!
@@ -35,9 +37,12 @@
 //! `net::packet` buffers) → `engine::datapath::send_packets` (with `engine::ack_hold`)
 //! → `net::Link::send_batch` (writes the ICRC, sends).
 //!
-//! Connection manager (not yet wired to a device): CM MADs arrive on QP1 through
-//! `engine::gsi`; `wire::cm` parses them and `cm::manager` runs the state machines
-//! (`cm::active`, `cm::passive`, `cm::teardown`, `cm::sidr`).
+//! Connection manager: CM MADs arrive on QP1 through `engine::gsi` into
+//! `cm_service::inlet` (other management classes counted and dropped), are fed on the
+//! engine thread to `cm::manager`, which parses them with `wire::cm` and runs the state
+//! machines (`cm::active`, `cm::passive`, `cm::teardown`, `cm::sidr`);
+//! `cm_service::service` sends its MADs from QP1, applies its QP moves and routes its
+//! events.
 //!
 //! Timers: per-QP deadlines live in `transport::timers` and fire through
 //! `transport::qp_calls::on_timer`; device-level timers (`engine::device_timers`) run jobs
@@ -60,6 +65,7 @@
 #![warn(missing_docs)]
 
 pub mod cm;
+pub mod cm_service;
 pub mod engine;
 pub mod memory;
 pub mod net;

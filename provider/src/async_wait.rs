@@ -1,5 +1,5 @@
-//! Waiting for completions and async events inside tokio (cargo feature `tokio`): the
-//! channel's and the context's descriptors are watched with `AsyncFd`.
+//! Waiting for completions, async events and CM events inside tokio (cargo feature
+//! `tokio`): the channels' and the context's descriptors are watched with `AsyncFd`.
 //!
 //! Each wait registers its own duplicate of the descriptor (epoll tells duplicates apart),
 //! so waits may run concurrently, on any runtime, and be cancelled at any point. Several
@@ -136,20 +136,44 @@ impl AsyncEvents {
     /// The next async event (acknowledged), waiting without blocking the thread (feature
     /// `tokio`). Cancel-safe.
     pub async fn next(&self) -> VerbsResult<AsyncEvent> {
-        if let Some(event) = self.get(Some(Duration::ZERO))? {
-            return Ok(event);
+        next_ready(self.as_fd(), "async events", || {
+            self.get(Some(Duration::ZERO))
+        })
+        .await
+    }
+}
+
+impl crate::cm::EventChannel {
+    /// `rdma_get_cm_event` without blocking the thread (feature `tokio`): the next CM event,
+    /// waiting on the channel's descriptor. Cancel-safe.
+    pub async fn next_async(&self) -> VerbsResult<crate::cm::CmEvent> {
+        next_ready(self.as_fd(), "CM events", || {
+            self.get_event(Some(Duration::ZERO))
+        })
+        .await
+    }
+}
+
+/// The first value `try_get` gives, trying again each time `fd` (the queue's descriptor,
+/// readable while something waits) becomes readable.
+async fn next_ready<T>(
+    fd: BorrowedFd<'_>,
+    what: &str,
+    mut try_get: impl FnMut() -> VerbsResult<Option<T>>,
+) -> VerbsResult<T> {
+    if let Some(value) = try_get()? {
+        return Ok(value);
+    }
+    let watcher = watch(fd)?;
+    loop {
+        let mut guard = watcher
+            .readable()
+            .await
+            .map_err(|e| io_error(&format!("waiting for {what}"), e))?;
+        if let Some(value) = try_get()? {
+            return Ok(value);
         }
-        let watcher = watch(self.as_fd())?;
-        loop {
-            let mut guard = watcher
-                .readable()
-                .await
-                .map_err(|e| io_error("waiting for async events", e))?;
-            if let Some(event) = self.get(Some(Duration::ZERO))? {
-                return Ok(event);
-            }
-            guard.clear_ready();
-        }
+        guard.clear_ready();
     }
 }
 

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use softverbs_api::{DeviceAttr, DeviceInfo, GidEntry, PortAttr, VerbsContext, VerbsResult};
+use softverbs_emu::cm_service::CmService;
 use softverbs_emu::engine::{self, EmuContext};
 
 use crate::channel::CompChannel;
@@ -67,6 +68,9 @@ pub(crate) struct ContextInner {
     pub(crate) backend: Arc<dyn VerbsContext>,
     emu: Option<EmuContext>,
     kind: Provider,
+    /// The connection manager of an emulated device: it runs (answers CM MADs on QP1)
+    /// while the device is open in this process.
+    cm: Option<Arc<CmService>>,
 }
 
 /// An open device (`ibv_context`). Cloning shares it.
@@ -102,11 +106,13 @@ impl Context {
         }
         engine::config::check_env()?;
         let emu = engine::open_device(name)?;
+        let cm = CmService::for_context(&emu)?;
         Ok(Context {
             inner: Arc::new(ContextInner {
                 backend: Arc::new(emu.clone()),
                 emu: Some(emu),
                 kind: Provider::Emu,
+                cm: Some(cm),
             }),
         })
     }
@@ -124,6 +130,12 @@ impl Context {
     /// The emulated device behind this context, if it is one (for counters and addresses).
     pub fn emulator(&self) -> Option<&EmuContext> {
         self.inner.emu.as_ref()
+    }
+
+    /// The connection manager running on this emulated device (`None` on rdma-core
+    /// devices, whose CM is the kernel's).
+    pub fn cm_service(&self) -> Option<Arc<CmService>> {
+        self.inner.cm.clone()
     }
 
     /// Back-off for a thread that busy-polls this device's CQs and found them empty: waits
@@ -194,6 +206,7 @@ fn open_hw(name: &str) -> VerbsResult<Context> {
             backend: Arc::new(hw),
             emu: None,
             kind: Provider::Hw,
+            cm: None,
         }),
     })
 }

@@ -19,6 +19,7 @@ mod ah;
 #[cfg(feature = "tokio")]
 mod async_wait;
 mod channel;
+pub mod cm;
 mod context;
 mod cq;
 mod endpoint;

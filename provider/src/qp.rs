@@ -27,7 +27,9 @@ impl Drop for QpInner {
     }
 }
 
-/// A queue pair (`ibv_qp`). It holds its PD and CQs, so they outlive it.
+/// A queue pair (`ibv_qp`). It holds its PD and CQs, so they outlive it. Cloning shares
+/// it; it is destroyed with the last clone.
+#[derive(Clone)]
 pub struct Qp {
     inner: Arc<QpInner>,
 }

@@ -1,5 +1,6 @@
 //! `softverbs decode`: one line per RoCEv2 packet of a pcap/pcapng file, with the ICRC
-//! checked against the captured IP/UDP headers and a parse -> emit round trip.
+//! checked against the captured IP/UDP headers and a parse -> emit round trip; a CM MAD on
+//! QP1 is also named, with its IDs, service ID, addresses and reject reason (`decode_cm`).
 //!
 //! `--verify` fails (exit 1) unless every RoCEv2 packet round-trips byte-exact with a good
 //! ICRC and no frame is malformed (a frame that claims IP/UDP but is cut short or carries
@@ -212,7 +213,8 @@ fn decode_frame<W: Write>(
                     format!(" ROUNDTRIP: {why}")
                 }
             };
-            out.line(n, format!("{src} -> {dst} {repr} icrc={icrc}{note}"))
+            let cm = crate::decode_cm::describe(&repr).unwrap_or_default();
+            out.line(n, format!("{src} -> {dst} {repr}{cm} icrc={icrc}{note}"))
         }
         Err(e) => {
             counts.roundtrip_errors += 1;

@@ -138,7 +138,7 @@ fn counters(ctx: &Context) -> Vec<(&'static str, u64)> {
     };
     let c = emu.counters();
     let t = emu.transport_totals();
-    vec![
+    let mut named = vec![
         ("sent_requests", t.sent_requests),
         ("sent_responses", t.sent_responses),
         ("received_packets", t.received_packets),
@@ -159,7 +159,21 @@ fn counters(ctx: &Context) -> Vec<(&'static str, u64)> {
         ("port_down_drops", c.port_down_drops.load(Relaxed)),
         ("payload_gone_drops", c.payload_gone_drops.load(Relaxed)),
         ("send_errors", c.send_errors.load(Relaxed)),
-    ]
+    ];
+    // The connection manager on QP1: what it took, what it dropped and why.
+    if let Some(cm) = ctx.cm_service() {
+        let s = cm.counters();
+        named.extend([
+            ("cm_mads_received", s.cm.mads_received),
+            ("cm_mads_sent", s.mads_sent),
+            ("cm_malformed_drops", s.malformed),
+            ("cm_other_class_drops", s.other_class_dropped),
+            ("cm_bad_qkey_drops", s.bad_qkey_dropped),
+            ("cm_retransmits", s.cm.retransmits),
+            ("cm_connections", s.live_connections as u64),
+        ]);
+    }
+    named
 }
 
 fn state_name(s: PortState) -> &'static str {

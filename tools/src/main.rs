@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod broken_pipe;
 mod decode;
+mod decode_cm;
 mod demo;
 mod devices;
 mod ibv_oob;
@@ -15,6 +16,7 @@ mod perf;
 mod perftest_oob;
 mod pingpong;
 mod rc_pair;
+mod rping;
 mod run;
 mod run_report;
 mod rxe_lab;
@@ -46,8 +48,11 @@ enum Command {
     /// perftest's benchmarks on the emulator (write/read/send/atomic x bw/lat) and the raw
     /// UDP baseline they are measured against.
     Perf(perf::PerfArgs),
-    /// Decode the RoCEv2 packets of a pcap file, one line each.
+    /// Decode the RoCEv2 packets of a pcap file, one line each (CM MADs named).
     Decode(decode::DecodeArgs),
+    /// librdmacm's rping over the CM: `-s -a 127.0.0.1` and `-c -a 127.0.0.1 -I 127.0.0.2`
+    /// (SEND / RDMA READ / RDMA WRITE per iteration, data checked).
+    Rping(rping::RpingArgs),
     /// Run seeds of the deterministic RC simulation under faults (a failure prints its seed).
     Sim(sim::SimArgs),
     /// The interop lab against kernel rxe in a qemu VM: build, up, run, down.
@@ -77,6 +82,7 @@ fn main() -> ExitCode {
         Command::Pingpong(args) => pingpong::run(&args),
         Command::Perf(args) => perf::run(&args),
         Command::Decode(args) => decode::run(&args),
+        Command::Rping(args) => rping::run(&args),
         Command::Sim(args) => sim::run(&args),
         Command::RxeLab(args) => rxe_lab::run(&args),
         Command::Run(args) => run::run(&args),

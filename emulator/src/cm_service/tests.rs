@@ -1,0 +1,312 @@
+//! The CM service on two devices of an in-process network: a connection made by MADs on
+//! QP1, the QPs moved by the service, data over the connected QPs, teardown with nothing
+//! left; and QP1 input that is not for the CM, counted and dropped.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use softverbs_api::{
+    AccessFlags, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendWr, Sge,
+    VerbsContext, WcStatus, WorkCompletion,
+};
+
+use super::{CmEventSink, CmService};
+use crate::cm::{AcceptParams, CmEvent, CmEventKind, ConnectParams};
+use crate::engine::config::DeviceConfig;
+use crate::engine::device::Device;
+use crate::engine::engine_thread::DeviceRuntime;
+use crate::engine::EmuContext;
+use crate::memory::RdmaBuffer;
+use crate::net::channel::{ChannelLink, ChannelNetwork};
+use crate::net::Link;
+use crate::wire::cm::PortSpace;
+
+struct ToChannel(Sender<CmEvent>);
+
+impl CmEventSink for ToChannel {
+    fn deliver(&self, event: CmEvent) {
+        let _ = self.0.send(event);
+    }
+}
+
+fn sink() -> (Arc<dyn CmEventSink>, Receiver<CmEvent>) {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    (Arc::new(ToChannel(tx)), rx)
+}
+
+fn device(net: &ChannelNetwork, name: &str, ip: IpAddr) -> EmuContext {
+    let link = net.attach(SocketAddr::new(ip, 4791)).unwrap();
+    let device = Device::new(DeviceConfig::new(name, ip), Box::new(link));
+    let runtime = DeviceRuntime::start(Arc::new(device)).unwrap();
+    EmuContext::new(Arc::new(runtime)).unwrap()
+}
+
+fn next(rx: &Receiver<CmEvent>) -> CmEventKind {
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("a CM event")
+        .kind
+}
+
+/// A PD, a CQ and an RC QP in INIT, as rdma_create_qp leaves it.
+fn rc_qp(ctx: &EmuContext) -> (u32, u32, u32) {
+    let pd = ctx.alloc_pd().unwrap();
+    let (cq, _) = ctx.create_cq(16, None).unwrap();
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        cap: QpCap {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 2,
+            max_recv_sge: 2,
+            max_inline_data: 64,
+        },
+        sq_sig_all: false,
+    };
+    let (qpn, _) = ctx.create_qp(pd, &init).unwrap();
+    let attr = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        ..QpAttr::default()
+    };
+    let mask =
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
+    ctx.modify_qp(qpn, &attr, mask).unwrap();
+    (pd, cq, qpn)
+}
+
+fn poll_one(ctx: &EmuContext, cq: u32) -> WorkCompletion {
+    let start = Instant::now();
+    let mut wc = [WorkCompletion::default()];
+    loop {
+        if ctx.poll_cq(cq, &mut wc).unwrap() == 1 {
+            return wc[0];
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no completion");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// rdma_cm's defaults for connecting QP `qpn` from `src_port` to `peer`, port 7471.
+fn connect_params(peer: IpAddr, src_port: u16, qpn: u32) -> ConnectParams {
+    ConnectParams {
+        peer,
+        port_space: PortSpace::Tcp,
+        dst_port: 7471,
+        src_port,
+        qpn,
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        path_mtu: 3,
+        srq: false,
+        private_data: Vec::new(),
+    }
+}
+
+const SERVER: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 78, 0, 1));
+const CLIENT: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 78, 0, 2));
+
+#[test]
+fn two_devices_connect_through_qp1_send_data_and_tear_down_leaving_nothing() {
+    let net = ChannelNetwork::new();
+    let server = device(&net, "cm-svc-server", SERVER);
+    let client = device(&net, "cm-svc-client", CLIENT);
+    let s_cm = CmService::for_context(&server).unwrap();
+    let c_cm = CmService::for_context(&client).unwrap();
+    assert!(Arc::ptr_eq(
+        &s_cm,
+        &CmService::for_context(&server).unwrap()
+    ));
+
+    let (listen_sink, listen_rx) = sink();
+    s_cm.bind_port(PortSpace::Tcp, 7471).unwrap();
+    s_cm.listen(PortSpace::Tcp, 7471, listen_sink).unwrap();
+
+    let (c_qp_pd, c_cq, c_qpn) = rc_qp(&client);
+    let (c_sink, c_rx) = sink();
+    let src_port = c_cm.bind_port(PortSpace::Tcp, 0).unwrap();
+    let params = ConnectParams {
+        private_data: b"hello".to_vec(),
+        ..connect_params(SERVER, src_port, c_qpn)
+    };
+    let c_id = c_cm.connect(&params, c_sink).unwrap();
+
+    let request = listen_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let CmEventKind::ConnectRequest {
+        cma, private_data, ..
+    } = &request.kind
+    else {
+        panic!("expected a CONNECT_REQUEST, got {request:?}");
+    };
+    assert_eq!((cma.src_addr, cma.src_port), (CLIENT, src_port));
+    assert_eq!(&private_data[..5], b"hello");
+
+    let (s_pd, s_cq, s_qpn) = rc_qp(&server);
+    let buf = RdmaBuffer::new(64).unwrap();
+    let keys = server
+        .reg_mr(s_pd, buf.addr(), 64, AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    server
+        .post_recv(
+            s_qpn,
+            &[RecvWr {
+                wr_id: 5,
+                sg_list: vec![Sge {
+                    addr: buf.addr(),
+                    length: 64,
+                    lkey: keys.lkey,
+                }],
+            }],
+        )
+        .unwrap();
+    let accept = AcceptParams {
+        qpn: s_qpn,
+        responder_resources: 1,
+        initiator_depth: 1,
+        rnr_retry_count: 7,
+        srq: false,
+        private_data: b"welcome".to_vec(),
+    };
+    s_cm.accept(request.id, &accept).unwrap();
+
+    let CmEventKind::Established { private_data, .. } = next(&c_rx) else {
+        panic!("client not established");
+    };
+    assert_eq!(&private_data[..7], b"welcome");
+    assert!(matches!(next(&listen_rx), CmEventKind::Established { .. }));
+    assert_eq!(client.query_qp(c_qpn).unwrap().0.qp_state, QpState::Rts);
+    assert_eq!(server.query_qp(s_qpn).unwrap().0.qp_state, QpState::Rts);
+
+    // Data over the QPs the service connected.
+    let src = RdmaBuffer::new(13).unwrap();
+    src.write(0, b"over the wire").unwrap();
+    let src_keys = client
+        .reg_mr(c_qp_pd, src.addr(), 13, AccessFlags::empty())
+        .unwrap();
+    let wr = SendWr::send(
+        9,
+        vec![Sge {
+            addr: src.addr(),
+            length: 13,
+            lkey: src_keys.lkey,
+        }],
+    );
+    client.post_send(c_qpn, &[wr]).unwrap();
+    let wc = poll_one(&server, s_cq);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (5, WcStatus::Success, 13)
+    );
+    let mut got = [0u8; 13];
+    buf.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"over the wire");
+    assert_eq!(poll_one(&client, c_cq).status, WcStatus::Success);
+
+    let conn = c_cm.info(c_id).unwrap();
+    assert_eq!((conn.local_qpn, conn.remote_qpn), (c_qpn, s_qpn));
+    c_cm.disconnect(c_id).unwrap();
+    assert_eq!(next(&c_rx), CmEventKind::Disconnected);
+    assert_eq!(next(&listen_rx), CmEventKind::Disconnected);
+    assert_eq!(next(&c_rx), CmEventKind::TimewaitExit);
+    assert_eq!(next(&listen_rx), CmEventKind::TimewaitExit);
+    for cm in [&s_cm, &c_cm] {
+        let c = cm.counters();
+        assert_eq!((c.live_connections, c.cm.malformed), (0, 0));
+        assert_eq!(c.cm.connections_created, c.cm.connections_freed);
+        assert!(c.mads_sent >= 2 && c.gsi_packets >= 2, "{c:?}");
+    }
+    assert_eq!(server.query_qp(s_qpn).unwrap().0.qp_state, QpState::Err);
+}
+
+#[test]
+fn qp1_input_that_is_not_a_cm_mad_is_counted_and_dropped() {
+    let net = ChannelNetwork::new();
+    let ctx = device(
+        &net,
+        "cm-svc-hostile",
+        IpAddr::V4(Ipv4Addr::new(10, 78, 1, 1)),
+    );
+    let peer_ip = IpAddr::V4(Ipv4Addr::new(10, 78, 1, 2));
+    let peer: ChannelLink = net.attach(SocketAddr::new(peer_ip, 4791)).unwrap();
+    let cm = CmService::for_context(&ctx).unwrap();
+    let send = |payload: &[u8], qkey: u32| {
+        let mut repr = super::gsi_packet(payload, 0);
+        repr.deth.as_mut().unwrap().qkey = qkey;
+        let path = crate::net::PathInfo {
+            dst_ip: ctx.local_addr().ip(),
+            udp_dst_port: 4791,
+            udp_src_port: 0xd872,
+        };
+        let mut packet = crate::net::OutPacket::build(&path, &repr).unwrap();
+        peer.send(&mut packet).unwrap();
+    };
+    let mut sa_mad = [0u8; 256];
+    sa_mad[0] = 1;
+    sa_mad[1] = 0x03; // subnet administration
+    send(&sa_mad, 0x8001_0000);
+    let mut cm_mad = sa_mad;
+    cm_mad[1] = 0x07;
+    send(&cm_mad[..100], 0x8001_0000); // truncated
+    send(&cm_mad, 0x1234); // wrong Q_Key
+    cm_mad[2] = 9; // class version 9: malformed
+    send(&cm_mad, 0x8001_0000);
+    let start = Instant::now();
+    let want = |c: &super::ServiceCounters| {
+        c.other_class_dropped == 1 && c.bad_qkey_dropped == 1 && c.malformed == 2
+    };
+    while !want(&cm.counters()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            cm.counters()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let c = cm.counters();
+    assert_eq!((c.gsi_packets, c.cm.malformed, c.mads_sent), (4, 2, 0));
+    assert_eq!(c.live_connections, 0);
+}
+
+#[test]
+fn a_qp_move_that_fails_is_a_connect_error_here_and_a_reject_there() {
+    let net = ChannelNetwork::new();
+    let server_ip = IpAddr::V4(Ipv4Addr::new(10, 78, 2, 1));
+    let client_ip = IpAddr::V4(Ipv4Addr::new(10, 78, 2, 2));
+    let server = device(&net, "cm-svc-err-server", server_ip);
+    let client = device(&net, "cm-svc-err-client", client_ip);
+    let (s_cm, c_cm) = (
+        CmService::for_context(&server).unwrap(),
+        CmService::for_context(&client).unwrap(),
+    );
+    let (listen_sink, listen_rx) = sink();
+    s_cm.listen(PortSpace::Tcp, 7471, listen_sink).unwrap();
+    let (_, _, c_qpn) = rc_qp(&client);
+    let (c_sink, c_rx) = sink();
+    let params = connect_params(server_ip, 40000, c_qpn);
+    c_cm.connect(&params, c_sink).unwrap();
+    let request = listen_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    // A QP number the server does not have: RTR cannot be applied.
+    let accept = AcceptParams {
+        qpn: 0x00ab_cdef,
+        responder_resources: 1,
+        initiator_depth: 1,
+        rnr_retry_count: 7,
+        srq: false,
+        private_data: Vec::new(),
+    };
+    s_cm.accept(request.id, &accept).unwrap();
+    assert_eq!(next(&listen_rx), CmEventKind::ConnectError);
+    assert!(matches!(next(&c_rx), CmEventKind::Rejected(_)));
+    assert_eq!(s_cm.counters().qp_modify_failed, 1);
+    assert!(
+        listen_rx.recv_timeout(Duration::from_millis(100)).is_err(),
+        "one event only"
+    );
+}
