@@ -10,7 +10,7 @@ use parking_lot::{Mutex, RwLock};
 use softverbs_api::{SendWr, VerbsContext as _, VerbsError, WorkCompletion};
 use softverbs_emu::engine::EmuContext;
 
-use crate::abi::{IbvContext, IbvCqEx, IbvQpEx, VerbsContext};
+use crate::abi::{IbvContext, IbvCqEx, IbvPd, IbvQpEx, VerbsContext};
 
 /// Sets the calling thread's `errno`.
 pub fn set_errno(e: i32) {
@@ -206,4 +206,30 @@ impl crate::bounce::RegionLookup for SvContext {
     fn lkey_covering(&self, addr: u64, len: u64) -> Option<u32> {
         SvContext::lkey_covering(self, addr, len)
     }
+}
+
+/// The context behind a live `ibv_context`, or None after setting nothing (the caller
+/// returns EINVAL).
+///
+/// # Safety
+/// Any pointer (looked up in the table of live objects first), not being destroyed by
+/// another thread meanwhile.
+pub unsafe fn live_context<'a>(context: *mut IbvContext) -> Option<&'a SvContext> {
+    if !is_live(context, Kind::Context) {
+        return None;
+    }
+    // SAFETY: live, hence ours and open.
+    unsafe { SvContext::from_ptr(context) }
+}
+
+/// The context and backend id of a live PD.
+///
+/// # Safety
+/// As for [`live_context`].
+pub unsafe fn live_pd<'a>(pd: *mut IbvPd) -> Option<(&'a SvContext, u32)> {
+    if !is_live(pd, Kind::Pd) {
+        return None;
+    }
+    // SAFETY: a live PD of ours, with an open context.
+    unsafe { Some((SvContext::from_ptr((*pd).context)?, (*pd).handle)) }
 }
