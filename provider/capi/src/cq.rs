@@ -2,7 +2,6 @@
 //! polling interface. Completion channels are in `channel`.
 
 use std::ffi::c_void;
-use std::sync::atomic::AtomicU32;
 
 use parking_lot::Mutex;
 use softverbs_api::{WcFlags, WorkCompletion};
@@ -173,7 +172,7 @@ unsafe fn create(
             read_completion_wallclock_ns: Some(sv_read_zero_u64),
         },
         current: Mutex::new(WorkCompletion::default()),
-        empty_polls: AtomicU32::new(0),
+        backoff: Default::default(),
     });
     let p = Box::into_raw(sv) as *mut IbvCqEx;
     register(p as *mut IbvCq, Kind::Cq);

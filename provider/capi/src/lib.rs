@@ -14,6 +14,7 @@
 
 pub mod abi;
 mod ah;
+mod backoff;
 mod bounce;
 mod channel;
 mod context;
