@@ -72,3 +72,16 @@ impl Ah {
         }
     }
 }
+
+impl Pd {
+    /// `ibv_create_ah`: an address handle for UD sends.
+    pub fn create_ah(&self, attr: &AhAttr) -> VerbsResult<Ah> {
+        Ah::create(self, attr)
+    }
+
+    /// `ibv_create_ah_from_wc`: an address handle back to the sender of a UD receive `wc`
+    /// whose buffer starts with the 40-byte GRH area `grh`.
+    pub fn create_ah_from_wc(&self, wc: &WorkCompletion, grh: &[u8]) -> VerbsResult<Ah> {
+        Ah::from_wc(self, wc, grh)
+    }
+}

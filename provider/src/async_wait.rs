@@ -7,41 +7,15 @@
 //! CQ's count and wakes that CQ's waiter, so no wakeup is lost.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use softverbs_api::{AsyncEvent, VerbsError, VerbsResult, WorkCompletion};
 use tokio::io::unix::AsyncFd;
-use tokio::sync::Notify;
 
-use crate::channel::CompChannel;
 use crate::context::Context;
-use crate::cq::Cq;
+use crate::cq::{CompChannel, Cq};
 use crate::events::AsyncEvents;
 use crate::fd::register_readable;
-
-/// Per CQ: channel events taken (and acknowledged) by some async waiter for this CQ and not
-/// yet consumed by its own waiter.
-#[derive(Default)]
-pub(crate) struct CqWaitState {
-    pending: AtomicU64,
-    arrived: Notify,
-}
-
-impl CqWaitState {
-    /// Consumes one pending event, if there is one.
-    fn take(&self) -> bool {
-        self.pending
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-            .is_ok()
-    }
-
-    /// Records one event and wakes the CQ's waiter (or the next one to wait).
-    fn give(&self) {
-        self.pending.fetch_add(1, Ordering::AcqRel);
-        self.arrived.notify_one();
-    }
-}
 
 fn io_error(what: &str, e: std::io::Error) -> VerbsError {
     VerbsError::Io {

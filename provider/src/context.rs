@@ -6,10 +6,6 @@ use softverbs_api::{DeviceAttr, DeviceInfo, GidEntry, PortAttr, VerbsContext, Ve
 use softverbs_emu::cm_service::CmService;
 use softverbs_emu::engine::{self, EmuContext};
 
-use crate::channel::CompChannel;
-use crate::cq::Cq;
-use crate::events::AsyncEvents;
-use crate::pd::Pd;
 use crate::select::Provider;
 
 /// The devices the provider chosen by `SOFTVERBS_PROVIDER` offers (`ibv_get_device_list`):
@@ -170,31 +166,6 @@ impl Context {
     /// `ibv_query_gid_ex`.
     pub fn query_gid(&self, port_num: u8, index: u32) -> VerbsResult<GidEntry> {
         self.inner.backend.query_gid(port_num, index)
-    }
-
-    /// `ibv_alloc_pd`.
-    pub fn alloc_pd(&self) -> VerbsResult<Pd> {
-        Pd::alloc(self)
-    }
-
-    /// `ibv_create_cq` with room for at least `cqe` completions.
-    pub fn create_cq(&self, cqe: u32) -> VerbsResult<Cq> {
-        Cq::create(self, cqe, None)
-    }
-
-    /// `ibv_create_comp_channel`.
-    pub fn create_comp_channel(&self) -> VerbsResult<CompChannel> {
-        CompChannel::create(self)
-    }
-
-    /// `ibv_create_cq` reporting to `channel` (of this context), which it keeps alive.
-    pub fn create_cq_with_channel(&self, cqe: u32, channel: &CompChannel) -> VerbsResult<Cq> {
-        Cq::create(self, cqe, Some(channel))
-    }
-
-    /// This context's async events (`ibv_get_async_event` and `async_fd`).
-    pub fn async_events(&self) -> VerbsResult<AsyncEvents> {
-        AsyncEvents::new(self)
     }
 }
 

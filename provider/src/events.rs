@@ -65,3 +65,10 @@ impl AsFd for AsyncEvents {
         borrow_backend_fd(self, self.fd)
     }
 }
+
+impl Context {
+    /// This context's async events (`ibv_get_async_event` and `async_fd`).
+    pub fn async_events(&self) -> VerbsResult<AsyncEvents> {
+        AsyncEvents::new(self)
+    }
+}

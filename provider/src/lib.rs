@@ -18,7 +18,8 @@
 mod ah;
 #[cfg(feature = "tokio")]
 mod async_wait;
-mod channel;
+#[cfg(feature = "tokio")]
+mod async_wait_state;
 pub mod cm;
 mod context;
 mod cq;
@@ -35,8 +36,8 @@ pub mod select;
 mod srq;
 
 pub use ah::Ah;
-pub use channel::CompChannel;
 pub use context::{all_devices, devices, devices_for, Context};
+pub use cq::CompChannel;
 pub use cq::Cq;
 pub use endpoint::exchange_endpoints;
 pub use events::AsyncEvents;

@@ -142,3 +142,10 @@ impl Drop for Mr {
         }
     }
 }
+
+impl Pd {
+    /// `ibv_reg_mr` over an owned buffer; the MR gives it back on [`Mr::into_buffer`].
+    pub fn register(&self, buffer: RdmaBuffer, access: AccessFlags) -> VerbsResult<Mr> {
+        Mr::register(self, buffer, access)
+    }
+}

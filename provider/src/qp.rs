@@ -376,3 +376,10 @@ fn rtr_attr(remote: &RcEndpoint, opts: &RcConnectOptions) -> QpAttr {
         ..QpAttr::default()
     }
 }
+
+impl Pd {
+    /// Starts describing a QP in this PD.
+    pub fn qp_builder(&self) -> QpBuilder<'_> {
+        QpBuilder::new(self)
+    }
+}

@@ -73,3 +73,10 @@ impl Srq {
         self.backend().query_srq(self.inner.id)
     }
 }
+
+impl Pd {
+    /// `ibv_create_srq`: returns the SRQ and the attributes granted.
+    pub fn create_srq(&self, attr: &SrqAttr) -> VerbsResult<(Srq, SrqAttr)> {
+        Srq::create(self, attr)
+    }
+}

@@ -94,6 +94,31 @@ pub trait VerbsContext: Send + Sync {
     fn reg_mr(&self, pd: u32, addr: u64, length: u64, access: AccessFlags) -> VerbsResult<MrKeys>;
     /// `ibv_dereg_mr`: once it returns, the backend no longer touches the region.
     fn dereg_mr(&self, lkey: u32) -> VerbsResult<()>;
+    /// `ibv_rereg_mr`: makes the region of `lkey` cover `[addr, addr + length)` of PD `pd`
+    /// with `access` (the caller passes the old values for what does not change) and
+    /// returns its keys, which may differ from the old ones (ibv_rereg_mr(3) allows it).
+    /// On an error the old region is still registered, unchanged.
+    ///
+    /// The default registers the new region, then deregisters the old one (undoing the new
+    /// registration if that fails, for example with EBUSY while windows are bound to it), so
+    /// the keys always change; a backend that can re-register in place overrides it. The
+    /// memory contract of [`VerbsContext::reg_mr`] applies to the new range.
+    fn rereg_mr(
+        &self,
+        lkey: u32,
+        pd: u32,
+        addr: u64,
+        length: u64,
+        access: AccessFlags,
+    ) -> VerbsResult<MrKeys> {
+        let keys = self.reg_mr(pd, addr, length, access)?;
+        if let Err(e) = self.dereg_mr(lkey) {
+            // Best effort: the new region was never handed out, so nothing can hold it.
+            let _ = self.dereg_mr(keys.lkey);
+            return Err(e);
+        }
+        Ok(keys)
+    }
     /// `ibv_create_cq` with at least `cqe` entries, reporting to completion channel
     /// `channel` when given; returns the CQ id and the granted size.
     fn create_cq(&self, cqe: u32, channel: Option<u32>) -> VerbsResult<(u32, u32)>;

@@ -5,9 +5,9 @@ use softverbs_api::{AhAttr, VerbsContext as _};
 
 use crate::abi::*;
 use crate::convert;
-use crate::device::live_context;
-use crate::handle::{fail_null, is_live, register, unregister, Kind, SvContext};
-use crate::mr::live_pd;
+use crate::handle::{
+    fail_null, is_live, live_context, live_pd, register, unregister, Kind, SvContext,
+};
 
 /// `ibv_create_ah`.
 #[no_mangle]

@@ -4,9 +4,8 @@
 use softverbs_api::{AsyncElement, AsyncEvent, AsyncEventKind};
 
 use crate::abi::*;
-use crate::cq::wait_for;
-use crate::device::live_context;
-use crate::handle::{set_errno, SvContext};
+use crate::channel::wait_for;
+use crate::handle::{live_context, set_errno, SvContext};
 
 /// The object pointer an event is about (or the port number, as the union holds it).
 fn element(ctx: &SvContext, e: &AsyncElement) -> usize {

@@ -3,14 +3,13 @@
 //! pointer passed to a destroy call gets EINVAL rather than a crash), and errno helpers.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
 use parking_lot::{Mutex, RwLock};
 use softverbs_api::{SendWr, VerbsContext as _, VerbsError, WorkCompletion};
 use softverbs_emu::engine::EmuContext;
 
-use crate::abi::{IbvContext, IbvCqEx, IbvQpEx, VerbsContext};
+use crate::abi::{IbvContext, IbvCqEx, IbvPd, IbvQpEx, VerbsContext};
 
 /// Sets the calling thread's `errno`.
 pub fn set_errno(e: i32) {
@@ -139,25 +138,19 @@ impl SvContext {
         }
     }
 
-    /// Polls CQ `id` into `out`; an empty result now and then waits briefly for traffic so
-    /// that an application spinning on `ibv_poll_cq` leaves the CPU to the engine.
+    /// Polls CQ `id` into `out`; once a wait has lasted a while, an empty result blocks
+    /// until traffic arrives (see `backoff`), so that an application spinning on
+    /// `ibv_poll_cq` leaves the CPU to the engine.
     pub fn poll(&self, cq: &SvCq, out: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
         let n = self.emu.poll_cq(cq.cq.cq.handle, out)?;
-        if n == 0 {
-            let empty = cq.empty_polls.fetch_add(1, Ordering::Relaxed) + 1;
-            if empty.is_multiple_of(EMPTY_POLLS_BEFORE_WAIT) {
-                self.emu
-                    .wait_for_traffic(std::time::Duration::from_micros(20));
-            }
-        } else {
-            cq.empty_polls.store(0, Ordering::Relaxed);
+        if n > 0 {
+            cq.backoff.found();
+        } else if cq.backoff.should_block() {
+            self.emu.wait_for_traffic(crate::backoff::WAIT);
         }
         Ok(n)
     }
 }
-
-/// Consecutive empty polls of a CQ after which a poll waits up to 20 µs for traffic.
-const EMPTY_POLLS_BEFORE_WAIT: u32 = 64;
 
 /// A CQ: the `ibv_cq_ex` applications see (its first part is the `ibv_cq`), then the
 /// completion `ibv_start_poll` / `ibv_next_poll` made current.
@@ -169,8 +162,8 @@ pub struct SvCq {
     /// start_poll .. end_poll sequence touches it (verbs.h requires the application to
     /// serialise those on one CQ).
     pub current: Mutex<WorkCompletion>,
-    /// Consecutive empty polls.
-    pub empty_polls: AtomicU32,
+    /// When an empty poll blocks.
+    pub backoff: crate::backoff::PollBackoff,
 }
 
 /// A QP: the `ibv_qp_ex` applications see, then the WRs being built between
@@ -206,4 +199,30 @@ impl crate::bounce::RegionLookup for SvContext {
     fn lkey_covering(&self, addr: u64, len: u64) -> Option<u32> {
         SvContext::lkey_covering(self, addr, len)
     }
+}
+
+/// The context behind a live `ibv_context`, or None after setting nothing (the caller
+/// returns EINVAL).
+///
+/// # Safety
+/// Any pointer (looked up in the table of live objects first), not being destroyed by
+/// another thread meanwhile.
+pub unsafe fn live_context<'a>(context: *mut IbvContext) -> Option<&'a SvContext> {
+    if !is_live(context, Kind::Context) {
+        return None;
+    }
+    // SAFETY: live, hence ours and open.
+    unsafe { SvContext::from_ptr(context) }
+}
+
+/// The context and backend id of a live PD.
+///
+/// # Safety
+/// As for [`live_context`].
+pub unsafe fn live_pd<'a>(pd: *mut IbvPd) -> Option<(&'a SvContext, u32)> {
+    if !is_live(pd, Kind::Pd) {
+        return None;
+    }
+    // SAFETY: a live PD of ours, with an open context.
+    unsafe { Some((SvContext::from_ptr((*pd).context)?, (*pd).handle)) }
 }

@@ -4,8 +4,8 @@
 //! `softverbs run -- PROGRAM` sets it up; docs/capi.md explains the rest.
 //!
 //! The crate is the C ABI, so `unsafe` is its business: it lives in every module that
-//! takes pointers from C (`device`, `mr`, `cq`, `qp`, `qp_ex`, `post`, `srq`, `ah`,
-//! `events`, `handle`, `bounce`) and nowhere else (`abi`, `convert` and `misc` only define data and
+//! takes pointers from C (`device`, `context`, `pd`, `mr`, `mw`, `cq`, `channel`, `qp`,
+//! `qp_ex`, `post`, `srq`, `ah`, `events`, `handle`, `bounce`) and nowhere else (`abi`, `convert` and `misc` only define data and
 //! pure functions; `misc` sets errno through `handle`). Each block says why it holds.
 //! Objects handed to C are boxes whose first field is the verbs.h structure; destroy
 //! calls check a table of live objects, so a destroyed or foreign pointer gets EINVAL.
@@ -14,7 +14,10 @@
 
 pub mod abi;
 mod ah;
+mod backoff;
 mod bounce;
+mod channel;
+mod context;
 mod convert;
 mod cq;
 mod device;
@@ -22,6 +25,8 @@ mod events;
 mod handle;
 mod misc;
 mod mr;
+mod mw;
+mod pd;
 mod post;
 mod qp;
 mod qp_ex;

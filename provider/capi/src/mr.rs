@@ -1,58 +1,22 @@
-//! Protection domains, memory regions (on the application's own memory, in place) and
-//! memory windows.
+//! Memory regions on the application's own memory, in place: `ibv_reg_mr` (and the iova
+//! variants), `ibv_rereg_mr`, `ibv_dereg_mr`.
 
 use std::ffi::c_void;
 
-use softverbs_api::{MwBind, MwBindInfo, MwType};
-
 use crate::abi::*;
 use crate::convert;
-use crate::device::live_context;
-use crate::handle::{fail_null, is_live, register, set_errno, unregister, Kind, SvContext};
+use crate::handle::{
+    fail_null, is_live, live_pd, register, set_errno, unregister, Kind, SvContext,
+};
 
-/// `ibv_alloc_pd`.
-#[no_mangle]
-pub unsafe extern "C" fn sv_ibv_alloc_pd(context: *mut IbvContext) -> *mut IbvPd {
-    // SAFETY: checked live.
-    let Some(ctx) = (unsafe { live_context(context) }) else {
-        return fail_null(libc::EINVAL);
-    };
-    match ctx.backend().alloc_pd() {
-        Ok(id) => {
-            let pd = Box::into_raw(Box::new(IbvPd {
-                context,
-                handle: id,
-            }));
-            register(pd, Kind::Pd);
-            pd
-        }
-        Err(e) => fail_null(e.errno()),
-    }
-}
-
-/// `ibv_dealloc_pd`: EBUSY while MRs, QPs, SRQs, AHs or MWs use it.
-#[no_mangle]
-pub unsafe extern "C" fn sv_ibv_dealloc_pd(pd: *mut IbvPd) -> i32 {
-    // SAFETY: checked live.
-    let Some((ctx, id)) = (unsafe { live_pd(pd) }) else {
-        return libc::EINVAL;
-    };
-    if let Err(e) = ctx.backend().dealloc_pd(id) {
-        return e.errno();
-    }
-    unregister(pd, Kind::Pd);
-    // SAFETY: made by Box::into_raw in alloc; unregistered: freed once.
-    drop(unsafe { Box::from_raw(pd) });
-    0
-}
-
-/// The context and backend id of a live PD.
-pub(crate) unsafe fn live_pd<'a>(pd: *mut IbvPd) -> Option<(&'a SvContext, u32)> {
-    if !is_live(pd, Kind::Pd) {
-        return None;
-    }
-    // SAFETY: a live PD of ours, with an open context.
-    unsafe { Some((SvContext::from_ptr((*pd).context)?, (*pd).handle)) }
+/// An MR: the `ibv_mr` applications see, then what `ibv_rereg_mr` must keep of the
+/// registration and `ibv_mr` does not hold.
+#[repr(C)]
+struct SvMr {
+    /// What applications see.
+    mr: IbvMr,
+    /// The raw `ibv_access_flags` it was registered with.
+    access: u32,
 }
 
 unsafe fn register_mr(
@@ -86,15 +50,18 @@ unsafe fn register_mr(
     ctx.add_region(addr as u64, length as u64, keys.lkey);
     // SAFETY: pd is live.
     let context = unsafe { (*pd).context };
-    let mr = Box::into_raw(Box::new(IbvMr {
-        context,
-        pd,
-        addr,
-        length,
-        handle: keys.lkey,
-        lkey: keys.lkey,
-        rkey: keys.rkey,
-    }));
+    let mr = Box::into_raw(Box::new(SvMr {
+        mr: IbvMr {
+            context,
+            pd,
+            addr,
+            length,
+            handle: keys.lkey,
+            lkey: keys.lkey,
+            rkey: keys.rkey,
+        },
+        access,
+    })) as *mut IbvMr;
     register(mr, Kind::Mr);
     mr
 }
@@ -156,133 +123,107 @@ pub unsafe extern "C" fn sv_ibv_dereg_mr(mr: *mut IbvMr) -> i32 {
     }
     ctx.remove_region(addr, lkey);
     unregister(mr, Kind::Mr);
-    // SAFETY: made by Box::into_raw; unregistered: freed once.
-    drop(unsafe { Box::from_raw(mr) });
+    // SAFETY: made by Box::into_raw of an SvMr; unregistered: freed once.
+    drop(unsafe { Box::from_raw(mr as *mut SvMr) });
     0
 }
 
-/// IBV_REREG_MR_CHANGE_TRANSLATION | CHANGE_PD | CHANGE_ACCESS.
-const REREG_FLAGS: i32 = 0b111;
-/// IBV_REREG_MR_ERR_INPUT
+/// IBV_REREG_MR_CHANGE_TRANSLATION: new address and length.
+const REREG_CHANGE_TRANSLATION: i32 = 1;
+/// IBV_REREG_MR_CHANGE_PD.
+const REREG_CHANGE_PD: i32 = 1 << 1;
+/// IBV_REREG_MR_CHANGE_ACCESS.
+const REREG_CHANGE_ACCESS: i32 = 1 << 2;
+/// IBV_REREG_MR_FLAGS_SUPPORTED.
+const REREG_FLAGS: i32 = REREG_CHANGE_TRANSLATION | REREG_CHANGE_PD | REREG_CHANGE_ACCESS;
+/// IBV_REREG_MR_ERR_INPUT: the arguments fail libibverbs' own checks (errno EINVAL).
 const REREG_ERR_INPUT: i32 = -1;
+/// IBV_REREG_MR_ERR_CMD: the re-registration itself failed (errno says why).
+const REREG_ERR_CMD: i32 = -4;
 
-/// `ibv_rereg_mr`: not supported (EOPNOTSUPP in errno). A re-registration keeps the MR's
-/// keys, which peers already hold; the backend contract can only register anew, with new
-/// keys. Bad input still gets EINVAL first.
+/// `ibv_rereg_mr`: changes the MR's range, PD and/or access, as `flags` says.
+///
+/// Returns 0, IBV_REREG_MR_ERR_INPUT (errno EINVAL) for what libibverbs rejects before
+/// asking the kernel (unknown flags, CHANGE_TRANSLATION with a NULL address or zero length,
+/// an access without CHANGE_ACCESS, and here also a handle that is not a live MR), or
+/// IBV_REREG_MR_ERR_CMD with errno for what the kernel rejects (no flag, a PD that is not
+/// live or of another context, invalid access, windows bound to the MR: EBUSY). The MR is
+/// registered anew and the old registration dropped, so `lkey` and `rkey` change (which
+/// ibv_rereg_mr(3) allows; peers need the new rkey). On any error the MR is unchanged and
+/// still registered. The dontfork / dofork steps of libibverbs have nothing to do here (the
+/// emulator pins no pages), so their error codes never occur.
 #[no_mangle]
 pub unsafe extern "C" fn sv_ibv_rereg_mr(
     mr: *mut IbvMr,
     flags: i32,
-    _pd: *mut IbvPd,
-    _addr: *mut c_void,
-    _length: usize,
-    _access: i32,
+    pd: *mut IbvPd,
+    addr: *mut c_void,
+    length: usize,
+    access: i32,
 ) -> i32 {
-    if !is_live(mr, Kind::Mr) || flags & !REREG_FLAGS != 0 || flags == 0 {
+    let translation = flags & REREG_CHANGE_TRANSLATION != 0;
+    if !is_live(mr, Kind::Mr)
+        || flags & !REREG_FLAGS != 0
+        || (translation && (addr.is_null() || length == 0))
+        || (access != 0 && flags & REREG_CHANGE_ACCESS == 0)
+    {
         set_errno(libc::EINVAL);
         return REREG_ERR_INPUT;
     }
-    set_errno(libc::EOPNOTSUPP);
-    REREG_ERR_INPUT
-}
-
-/// `ibv_context_ops.alloc_mw`.
-pub unsafe extern "C" fn sv_alloc_mw(pd: *mut IbvPd, mw_type: u32) -> *mut IbvMw {
-    // SAFETY: checked live.
-    let Some((ctx, pd_id)) = (unsafe { live_pd(pd) }) else {
-        return fail_null(libc::EINVAL);
+    let failed = |errno: i32| {
+        set_errno(errno);
+        REREG_ERR_CMD
     };
-    let t = match mw_type {
-        1 => MwType::Type1,
-        2 => MwType::Type2,
-        _ => return fail_null(libc::EINVAL),
-    };
-    match ctx.backend().alloc_mw(pd_id, t) {
-        Ok((id, rkey)) => {
-            // SAFETY: pd is live.
-            let context = unsafe { (*pd).context };
-            let mw = Box::into_raw(Box::new(IbvMw {
-                context,
-                pd,
-                rkey,
-                handle: id,
-                mw_type,
-            }));
-            register(mw, Kind::Mw);
-            mw
-        }
-        Err(e) => fail_null(e.errno()),
+    if flags == 0 {
+        return failed(libc::EINVAL);
     }
-}
-
-/// `ibv_context_ops.dealloc_mw`.
-pub unsafe extern "C" fn sv_dealloc_mw(mw: *mut IbvMw) -> i32 {
-    if !is_live(mw, Kind::Mw) {
-        return libc::EINVAL;
-    }
-    // SAFETY: a live MW of ours.
-    let (ctx, id) = unsafe {
+    // SAFETY: a live MR of ours (an SvMr) with an open context; the application does not
+    // use it from another thread during the call (ibv_rereg_mr(3)).
+    let (ctx, old) = unsafe {
         (
-            SvContext::from_ptr((*mw).context).expect("open"),
-            (*mw).handle,
+            SvContext::from_ptr((*mr).context).expect("open"),
+            &mut *(mr as *mut SvMr),
         )
     };
-    if let Err(e) = ctx.backend().dealloc_mw(id) {
-        return e.errno();
-    }
-    unregister(mw, Kind::Mw);
-    // SAFETY: made by Box::into_raw; unregistered: freed once.
-    drop(unsafe { Box::from_raw(mw) });
-    0
-}
-
-/// The contract's bind target of `struct ibv_mw_bind_info` (a NULL MR unbinds).
-pub(crate) fn bind_info(b: &IbvMwBindInfo) -> Result<MwBindInfo, i32> {
-    let mr_lkey = if b.mr.is_null() {
-        0
-    } else if is_live(b.mr, Kind::Mr) {
-        // SAFETY: a live MR.
-        unsafe { (*b.mr).lkey }
+    let (new_pd, pd_id) = if flags & REREG_CHANGE_PD != 0 {
+        // SAFETY: checked live.
+        match unsafe { live_pd(pd) } {
+            Some((pd_ctx, id)) if std::ptr::eq(pd_ctx, ctx) => (pd, id),
+            _ => return failed(libc::EINVAL),
+        }
     } else {
-        return Err(libc::EINVAL);
+        // SAFETY: the MR's PD is live: a PD with MRs cannot be deallocated.
+        (old.mr.pd, unsafe { (*old.mr.pd).handle })
     };
-    Ok(MwBindInfo {
-        mr_lkey,
-        addr: b.addr,
-        length: b.length,
-        mw_access_flags: convert::access(b.mw_access_flags),
-    })
-}
-
-/// `ibv_context_ops.bind_mw` (type 1 windows): updates `mw->rkey`.
-pub unsafe extern "C" fn sv_bind_mw(qp: *mut IbvQp, mw: *mut IbvMw, bind: *mut IbvMwBind) -> i32 {
-    if !is_live(qp, Kind::Qp) || !is_live(mw, Kind::Mw) || bind.is_null() {
-        return libc::EINVAL;
-    }
-    // SAFETY: live QP and MW of ours, bind non-NULL.
-    let (ctx, qpn, b) = unsafe {
-        (
-            SvContext::from_ptr((*qp).context).expect("open"),
-            (*qp).qp_num,
-            &*bind,
-        )
+    let (new_addr, new_length) = if translation {
+        (addr, length)
+    } else {
+        (old.mr.addr, old.mr.length)
     };
-    let info = match bind_info(&b.bind_info) {
-        Ok(i) => i,
-        Err(e) => return e,
+    let new_access = if flags & REREG_CHANGE_ACCESS != 0 {
+        access as u32
+    } else {
+        old.access
     };
-    let arg = MwBind {
-        wr_id: b.wr_id,
-        send_flags: convert::send_flags(b.send_flags),
-        bind_info: info,
+    // As for ibv_reg_mr, the application keeps the new range allocated until dereg.
+    let keys = match ctx.backend().rereg_mr(
+        old.mr.lkey,
+        pd_id,
+        new_addr as u64,
+        new_length as u64,
+        convert::access(new_access),
+    ) {
+        Ok(k) => k,
+        Err(e) => return failed(e.errno()),
     };
-    // SAFETY: live MW.
-    match ctx.backend().bind_mw(qpn, unsafe { (*mw).handle }, &arg) {
-        Ok(rkey) => {
-            // SAFETY: live MW.
-            unsafe { (*mw).rkey = rkey };
-            0
-        }
-        Err(e) => e.errno(),
-    }
+    ctx.add_region(new_addr as u64, new_length as u64, keys.lkey);
+    ctx.remove_region(old.mr.addr as u64, old.mr.lkey);
+    old.mr.pd = new_pd;
+    old.mr.addr = new_addr;
+    old.mr.length = new_length;
+    old.mr.handle = keys.lkey;
+    old.mr.lkey = keys.lkey;
+    old.mr.rkey = keys.rkey;
+    old.access = new_access;
+    0
 }

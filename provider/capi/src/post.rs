@@ -8,7 +8,7 @@ use softverbs_api::{PostError, RecvWr, SendWr, Sge, WrOpcode};
 use crate::abi::*;
 use crate::convert;
 use crate::handle::{is_live, Kind, SvContext};
-use crate::mr::bind_info;
+use crate::mw::bind_info;
 
 /// The longest WR list one post call walks (a longer one, or a cycle, fails with ENOMEM at
 /// that WR: no queue is that deep).

@@ -7,8 +7,7 @@ use softverbs_api::{QpAttrMask, QpInitAttr};
 
 use crate::abi::*;
 use crate::convert;
-use crate::handle::{fail_null, is_live, register, unregister, Kind, SvContext, SvQp};
-use crate::mr::live_pd;
+use crate::handle::{fail_null, is_live, live_pd, register, unregister, Kind, SvContext, SvQp};
 use crate::qp_ex;
 
 /// IBV_QP_INIT_ATTR_PD

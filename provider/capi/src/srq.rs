@@ -6,8 +6,7 @@ use std::ffi::c_void;
 use softverbs_api::{SrqAttr, SrqAttrMask};
 
 use crate::abi::*;
-use crate::handle::{fail_null, is_live, register, unregister, Kind, SvContext};
-use crate::mr::live_pd;
+use crate::handle::{fail_null, is_live, live_pd, register, unregister, Kind, SvContext};
 
 fn attr(a: &IbvSrqAttr) -> SrqAttr {
     SrqAttr {

@@ -3,7 +3,9 @@
 //! - bad_input.c: NULL pointers, destroyed handles, wrong comp_mask / sizes, unsupported
 //!   verbs; each errno checked, and the library never crashes;
 //! - srq_limit.c: an SRQ limit event on the real async_fd, completion-channel waits, and
-//!   every byte and completion field of the messages checked.
+//!   every byte and completion field of the messages checked;
+//! - rereg_mr.c: ibv_rereg_mr's return codes and errno on bad input, and CHANGE_ACCESS /
+//!   CHANGE_TRANSLATION / CHANGE_PD seen through RDMA WRITE and READ from the other device.
 
 mod common;
 
@@ -71,5 +73,12 @@ fn bad_input_from_c_gets_errors_not_crashes() {
 fn srq_limit_event_and_completion_channel_from_c() {
     if let Some(exe) = compile("srq_limit") {
         run(&exe, 31, "limit event received");
+    }
+}
+
+#[test]
+fn rereg_mr_from_c_moves_the_region_and_rejects_bad_input() {
+    if let Some(exe) = compile("rereg_mr") {
+        run(&exe, 32, "checks passed");
     }
 }

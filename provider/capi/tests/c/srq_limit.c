@@ -10,6 +10,8 @@
 #include <string.h>
 #include <infiniband/verbs.h>
 
+#include "rc_connect.h"
+
 #define FAIL(...) do { fprintf(stderr, "FAILED: " __VA_ARGS__); fprintf(stderr, "\n"); exit(1); } while (0)
 #define MSGS 8
 #define SIZE 256
@@ -52,35 +54,7 @@ static void open_side(struct side *s, struct ibv_device *dev, int with_srq)
 
 static void connect_qp(struct side *s, struct side *peer)
 {
-    struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
-                            .qp_access_flags = 0};
-    if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                     IBV_QP_ACCESS_FLAGS)) FAIL("INIT");
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = peer->qp->qp_num;
-    a.rq_psn = 100;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = peer->gid;
-    a.ah_attr.grh.sgid_index = 1;
-    a.ah_attr.grh.hop_limit = 64;
-    a.ah_attr.port_num = 1;
-    if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-                                     IBV_QP_MIN_RNR_TIMER)) FAIL("RTR");
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTS;
-    a.sq_psn = 100;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 1;
-    if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-                                     IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                     IBV_QP_MAX_QP_RD_ATOMIC)) FAIL("RTS");
+    if (rc_connect(s->qp, peer->qp->qp_num, &peer->gid, 0, 100)) FAIL("connect");
 }
 
 /* Waits on the channel for one event of s->cq, then takes `want` completions. */
