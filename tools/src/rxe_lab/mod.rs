@@ -4,6 +4,7 @@
 //! the lab link in this process.
 
 mod capture_set;
+mod dropin_cases;
 mod error_cases;
 mod guest_peer;
 mod ibv_wc;
@@ -385,6 +386,7 @@ fn run_case(
             CaseKind::Perf(kind) => {
                 perf_cases::run(env, LAB_DEVICE, kind, case.direction, case.mtu)
             }
+            CaseKind::DropIn => dropin_cases::run(env, LAB_DEVICE, case.direction, case.mtu),
             CaseKind::Pingpong(kind, size) => {
                 pingpong_cases::run(env, LAB_DEVICE, kind, case.direction, case.mtu, size)
             }

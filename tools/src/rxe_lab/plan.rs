@@ -43,6 +43,8 @@ pub enum CaseKind {
     Perftest(PerftestBw),
     /// `softverbs perf` against perftest (perf_cases).
     Perf(PerfTest),
+    /// ibv_rc_pingpong through the drop-in libibverbs.so.1 against rxe's (dropin_cases).
+    DropIn,
 }
 
 /// Every case at the path MTUs `mtus`, in table order.
@@ -90,6 +92,10 @@ pub fn full(mtus: &[u32]) -> Vec<Case> {
             for error in ErrorCase::ALL {
                 push(error.name().to_string(), CaseKind::Error(error));
             }
+            push(
+                format!("drop-in ibv_rc_pingpong {} B", super::dropin_cases::SIZE),
+                CaseKind::DropIn,
+            );
         }
     }
     cases
@@ -104,7 +110,8 @@ const BASE_MTU: u32 = 1024;
 ///
 /// - Single-packet messages look the same at every path MTU: 8-byte atomics (verbs and
 ///   perftest), the 64-byte latency runs, the bad-rkey WRITE and the out-of-bounds READ,
-///   and 1-byte ping-pongs run at the base MTU only. Every multi-packet case (MTU-1, MTU,
+///   and 1-byte ping-pongs run at the base MTU only; so does the drop-in ping-pong, which
+///   proves the C library's path, not the transport's. Every multi-packet case (MTU-1, MTU,
 ///   MTU+1, 64 KiB, 1 MiB) still runs at both MTUs.
 /// - The `-a` sweeps (2 B to 8 MiB; more than 60% of the full matrix's time) prove that
 ///   both sides run perftest's exchanges between sizes, which is the same code at any MTU;
@@ -136,6 +143,9 @@ impl Case {
             CaseKind::Error(e) => *e != ErrorCase::Rnr,
             CaseKind::Perf(test) => !test.sweep && test.size <= 64,
             CaseKind::Pingpong(_, size) => *size == 1,
+            // What it proves is the drop-in library's ABI path; the transport under it is
+            // the one the other cases cover at both MTUs.
+            CaseKind::DropIn => true,
             _ => false,
         }
     }
