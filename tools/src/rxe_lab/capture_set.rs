@@ -108,7 +108,12 @@ pub fn record(env: &LabEnv, device: &str, capture_dir: &Path, out: &Path) -> Res
     let mut recorded: Vec<(Spec, PathBuf)> = Vec::new();
     for (i, s) in specs().into_iter().enumerate() {
         let row = super::run_with_retry(env, capture_dir, i, &s.case, true);
-        super::print_row(&row, &format!("{:?}", row.verdict));
+        let verdict = match &row.verdict {
+            Verdict::Pass => "pass".to_string(),
+            Verdict::PassOnRetry(first) => format!("pass on retry (first try: {first})"),
+            Verdict::Fail(why) => format!("FAIL: {why}"),
+        };
+        super::print_row(&row, &verdict);
         match (&row.verdict, &row.capture_file) {
             (Verdict::Fail(why), _) => return Err(format!("{}: {why}", s.case.scenario)),
             (_, Some(file)) => recorded.push((s, file.clone())),
