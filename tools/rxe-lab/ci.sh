@@ -34,7 +34,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 started=$SECONDS
-cargo build --release -q -p softverbs-tools || { echo "rxe-lab: cargo build failed"; exit 1; }
+# The drop-in libibverbs.so.1 (softverbs-ibverbs) too: `softverbs run` finds it beside the binary.
+cargo build --release -q -p softverbs-tools -p softverbs-ibverbs || { echo "rxe-lab: cargo build failed"; exit 1; }
 bin=target/release/softverbs
 
 # Whatever happens from here on, the VM goes away.

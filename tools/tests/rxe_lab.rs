@@ -2,7 +2,7 @@
 //! `cargo test -p softverbs-tools --test rxe_lab -- --ignored` runs a quick subset of the
 //! scenarios against kernel rxe. It is ignored by default, so `cargo test --workspace`
 //! never needs a VM and counts it as ignored, not passed; run on purpose without a lab, it
-//! fails. The full set is `softverbs rxe-lab run` (or tools/rxe-lab/ci.sh).
+//! fails. The CI set is `softverbs rxe-lab run` (or tools/rxe-lab/ci.sh), all of it `run --full`.
 
 use std::process::Command;
 

@@ -3,6 +3,8 @@
 //! shell script tools/rxe-lab/lab.sh; `run` drives the scenarios from here, with softverbs on
 //! the lab link in this process.
 
+mod capture_set;
+mod dropin_cases;
 mod error_cases;
 mod guest_peer;
 mod ibv_wc;
@@ -12,9 +14,11 @@ mod pattern;
 mod perf_cases;
 mod perftest_cases;
 mod pingpong_cases;
+mod plan;
 mod qmp;
 mod results;
 mod srq_cases;
+mod trim;
 mod ud_cases;
 mod verb_cases;
 mod watchdog;
@@ -25,12 +29,10 @@ use std::time::Instant;
 
 use softverbs::{register_device, DeviceConfig, LinkConfig};
 
-use crate::ibv_pingpong::IbvKind;
-use error_cases::ErrorCase;
 use lab_env::LabEnv;
-use perftest_cases::PerftestBw;
+use plan::{Case, CaseKind};
 use results::{Row, Verdict};
-use verb_cases::{Direction, Transport, Verb};
+use verb_cases::Direction;
 
 /// Exit code of `run` when no lab is usable (the scenarios were skipped, not passed).
 pub const EXIT_SKIPPED: u8 = 77;
@@ -56,6 +58,18 @@ enum Action {
     Status,
     /// Run the interop scenarios against a lab that is up.
     Run(RunArgs),
+    /// Record the repository's kernel-rxe captures (conformance/lab_*.pcap) and their
+    /// README sections with a lab that is up.
+    Capture(CaptureArgs),
+}
+
+/// Arguments of `softverbs rxe-lab capture`.
+#[derive(clap::Args)]
+pub struct CaptureArgs {
+    /// The capture folder (with its README.md) to write into; default: the repository's
+    /// conformance/ this binary was built from.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 /// Arguments of `softverbs rxe-lab run`.
@@ -73,6 +87,10 @@ pub struct RunArgs {
     /// Do not record captures.
     #[arg(long)]
     no_capture: bool,
+    /// The whole matrix (about 18 minutes on 2 cores; run it before a release), not the
+    /// subset CI runs (docs/rxe-lab.md, "What the CI stage runs and why").
+    #[arg(long)]
+    full: bool,
 }
 
 /// The lab script: `SOFTVERBS_LAB_SCRIPTS/lab.sh`, else the one beside this crate's sources.
@@ -91,6 +109,7 @@ pub fn run(args: &RxeLabArgs) -> ExitCode {
         Action::Down => "down",
         Action::Status => "status",
         Action::Run(run_args) => return run_scenarios(run_args),
+        Action::Capture(capture_args) => return record_captures(capture_args),
     };
     match Command::new("bash")
         .arg(lab_script())
@@ -106,96 +125,11 @@ pub fn run(args: &RxeLabArgs) -> ExitCode {
     }
 }
 
-/// One scenario to run.
-struct Case {
-    scenario: String,
-    direction: Direction,
-    mtu: u32,
-    kind: CaseKind,
-}
-
-enum CaseKind {
-    Verb(Transport, Verb),
-    Ud(Verb),
-    SendInv,
-    Srq,
-    Error(ErrorCase),
-    Pingpong(IbvKind, usize),
-    Perftest(PerftestBw),
-    Perf(perf_cases::PerfTest),
-}
-
-fn plan(args: &RunArgs) -> Vec<Case> {
-    let mut cases = Vec::new();
-    for &mtu in &args.mtu {
-        for direction in Direction::BOTH {
-            for kind in pingpong_cases::KINDS {
-                for size in pingpong_cases::sizes(kind, mtu as usize) {
-                    cases.push(Case {
-                        scenario: format!("{} {size} B", kind.program()),
-                        direction,
-                        mtu,
-                        kind: CaseKind::Pingpong(kind, size),
-                    });
-                }
-            }
-            for transport in [Transport::Rc, Transport::Uc] {
-                for &verb in transport.verbs() {
-                    cases.push(Case {
-                        scenario: format!("{} {}", transport.name(), verb.name()),
-                        direction,
-                        mtu,
-                        kind: CaseKind::Verb(transport, verb),
-                    });
-                }
-            }
-            cases.push(Case {
-                scenario: "RC SEND_INV".into(),
-                direction,
-                mtu,
-                kind: CaseKind::SendInv,
-            });
-            for &verb in Transport::Ud.verbs() {
-                cases.push(Case {
-                    scenario: format!("UD {}", verb.name()),
-                    direction,
-                    mtu,
-                    kind: CaseKind::Ud(verb),
-                });
-            }
-            if direction == Direction::RxeToSoftverbs {
-                cases.push(Case {
-                    scenario: "RC SEND into SRQ".into(),
-                    direction,
-                    mtu,
-                    kind: CaseKind::Srq,
-                });
-            }
-            for kind in PerftestBw::ALL {
-                cases.push(Case {
-                    scenario: kind.program().to_string(),
-                    direction,
-                    mtu,
-                    kind: CaseKind::Perftest(kind),
-                });
-            }
-            for kind in perf_cases::KINDS.into_iter().chain(perf_cases::SWEEPS) {
-                cases.push(Case {
-                    scenario: kind.scenario(),
-                    direction,
-                    mtu,
-                    kind: CaseKind::Perf(kind),
-                });
-            }
-            for error in ErrorCase::ALL {
-                cases.push(Case {
-                    scenario: error.name().to_string(),
-                    direction,
-                    mtu,
-                    kind: CaseKind::Error(error),
-                });
-            }
-        }
+/// The cases of this run: the CI subset or (`--full`) all, then `--only`.
+fn cases_of_run(args: &RunArgs) -> Vec<Case> {
+    let mut cases = plan::full(&args.mtu);
+    if !args.full {
+        cases.retain(plan::in_ci);
     }
     if let Some(only) = &args.only {
         cases.retain(|c| c.scenario.contains(only.as_str()));
@@ -203,12 +137,14 @@ fn plan(args: &RunArgs) -> Vec<Case> {
     cases
 }
 
-fn run_scenarios(args: &RunArgs) -> ExitCode {
+/// Loads the lab's settings, registers softverbs' lab device, installs the guest's peer
+/// program, teaches our station the guest's MAC and empties the capture folder.
+fn prepare() -> Result<(LabEnv, PathBuf), ExitCode> {
     let env = match LabEnv::load() {
         Ok(env) => env,
         Err(why) => {
             println!("rxe interop skipped: {why}");
-            return ExitCode::from(EXIT_SKIPPED);
+            return Err(ExitCode::from(EXIT_SKIPPED));
         }
     };
     if let Err(e) = register_device(DeviceConfig {
@@ -220,18 +156,46 @@ fn run_scenarios(args: &RunArgs) -> ExitCode {
         ..DeviceConfig::new(LAB_DEVICE, env.host_ip.into())
     }) {
         eprintln!("rxe-lab: registering the lab device: {e}");
-        return ExitCode::FAILURE;
+        return Err(ExitCode::FAILURE);
     }
     if let Err(e) = guest_peer::install(&env) {
         println!("rxe interop skipped: {e}");
-        return ExitCode::from(EXIT_SKIPPED);
+        return Err(ExitCode::from(EXIT_SKIPPED));
     }
     prime_arp(&env);
     let capture_dir = env.run.join("captures");
     if let Err(e) = std::fs::create_dir_all(&capture_dir) {
         eprintln!("rxe-lab: {}: {e}", capture_dir.display());
-        return ExitCode::FAILURE;
+        return Err(ExitCode::FAILURE);
     }
+    remove_old_captures(&capture_dir);
+    Ok((env, capture_dir))
+}
+
+/// `softverbs rxe-lab capture`.
+fn record_captures(args: &CaptureArgs) -> ExitCode {
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../conformance")));
+    let (env, capture_dir) = match prepare() {
+        Ok(ready) => ready,
+        Err(code) => return code,
+    };
+    match capture_set::record(&env, LAB_DEVICE, &capture_dir, &out) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rxe-lab capture: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_scenarios(args: &RunArgs) -> ExitCode {
+    let (env, capture_dir) = match prepare() {
+        Ok(ready) => ready,
+        Err(code) => return code,
+    };
     println!(
         "rxe lab: guest rxe0 at {}, softverbs device {}",
         env.guest_ip,
@@ -239,30 +203,8 @@ fn run_scenarios(args: &RunArgs) -> ExitCode {
     );
     let started = Instant::now();
     let mut rows = Vec::new();
-    for (i, case) in plan(args).into_iter().enumerate() {
-        let mut row = run_case(&env, &capture_dir, i, &case, "", !args.no_capture);
-        if let Verdict::Fail(first) = &row.verdict {
-            // A loaded host can wedge one case (issue 26): it gets one more try on fresh QPs
-            // and fresh guest programs; a real fault fails both.
-            let first = first.clone();
-            print_row(&row, &format!("FAIL: {first} (retrying once)"));
-            end_guest_programs(&env);
-            let retry = run_case(&env, &capture_dir, i, &case, "-retry", !args.no_capture);
-            row = match retry.verdict {
-                Verdict::Pass => Row {
-                    verdict: Verdict::PassOnRetry(first),
-                    ..retry
-                },
-                Verdict::Fail(second) => {
-                    end_guest_programs(&env);
-                    Row {
-                        verdict: Verdict::Fail(format!("{second} (first try: {first})")),
-                        ..retry
-                    }
-                }
-                Verdict::PassOnRetry(_) => retry,
-            };
-        }
+    for (i, case) in cases_of_run(args).into_iter().enumerate() {
+        let row = run_with_retry(&env, &capture_dir, i, &case, !args.no_capture);
         let verdict = match &row.verdict {
             Verdict::Pass => "pass".to_string(),
             Verdict::PassOnRetry(_) => "pass on retry".to_string(),
@@ -305,6 +247,53 @@ fn run_scenarios(args: &RunArgs) -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// Runs `case`, and once more on fresh QPs and guest programs if it fails: a loaded host
+/// can wedge one case (issue 26); a real fault fails both.
+fn run_with_retry(
+    env: &LabEnv,
+    capture_dir: &std::path::Path,
+    index: usize,
+    case: &Case,
+    capture: bool,
+) -> Row {
+    let row = run_case(env, capture_dir, index, case, "", capture);
+    let Verdict::Fail(first) = &row.verdict else {
+        return row;
+    };
+    let first = first.clone();
+    print_row(&row, &format!("FAIL: {first} (retrying once)"));
+    end_guest_programs(env);
+    let retry = run_case(env, capture_dir, index, case, "-retry", capture);
+    match retry.verdict {
+        Verdict::Pass => Row {
+            verdict: Verdict::PassOnRetry(first),
+            ..retry
+        },
+        Verdict::Fail(second) => {
+            end_guest_programs(env);
+            Row {
+                verdict: Verdict::Fail(format!("{second} (first try: {first})")),
+                ..retry
+            }
+        }
+        Verdict::PassOnRetry(_) => retry,
+    }
+}
+
+/// Deletes the captures of earlier runs: a full run leaves several GB of them (a sweep's
+/// capture is up to 240 MB), and the folder would otherwise grow with every run.
+fn remove_old_captures(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "pcap") {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
@@ -397,6 +386,7 @@ fn run_case(
             CaseKind::Perf(kind) => {
                 perf_cases::run(env, LAB_DEVICE, kind, case.direction, case.mtu)
             }
+            CaseKind::DropIn => dropin_cases::run(env, LAB_DEVICE, case.direction, case.mtu),
             CaseKind::Pingpong(kind, size) => {
                 pingpong_cases::run(env, LAB_DEVICE, kind, case.direction, case.mtu, size)
             }
@@ -410,6 +400,7 @@ fn run_case(
         Some(Err(e)) => Err(e),
         None => Ok("not recorded".to_string()),
     };
+    let capture_file = capture.then(|| file.clone());
     let (covered, verdict) = match (outcome, &capture_result) {
         (Ok(covered), Ok(_)) => (covered, Verdict::Pass),
         (Ok(covered), Err(e)) => (covered, Verdict::Fail(format!("capture: {e}"))),
@@ -426,5 +417,6 @@ fn run_case(
             Ok(s) => s,
             Err(e) => e,
         },
+        capture_file,
     }
 }
