@@ -33,13 +33,16 @@ pub enum Side {
 }
 
 impl Side {
-    fn other(self) -> Side {
+    /// The other end.
+    pub fn other(self) -> Side {
         match self {
             Side::A => Side::B,
             Side::B => Side::A,
         }
     }
-    fn ip(self) -> Ipv4Addr {
+
+    /// This end's IPv4 address (what the ICRC of a packet to or from it covers).
+    pub fn ip(self) -> Ipv4Addr {
         match self {
             Side::A => Ipv4Addr::new(127, 0, 0, 1),
             Side::B => Ipv4Addr::new(127, 0, 0, 2),
@@ -322,14 +325,8 @@ impl SimPair {
         }
         for mut packet in out.packets.drain(..) {
             let ctx = IcrcContext {
-                ip: IpHeaderInfo::V4 {
-                    src: from.ip(),
-                    dst: from.other().ip(),
-                    identification: 0,
-                    flags_fragment: 0x4000,
-                },
-                udp_src_port: packet.udp_src_port,
                 udp_dst_port: packet.udp_dst_port,
+                ..SimPair::icrc_context(from.other(), packet.udp_src_port)
             };
             write_icrc(&ctx, &mut packet.bytes);
             let decoded = RoceRepr::parse(&packet.bytes)
@@ -452,6 +449,30 @@ impl SimPair {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// Delivers `bytes` (a UDP payload: BTH .. ICRC) to `to` now, as if the other side had
+    /// sent it from UDP port `src_port` with IP ID 0 and DF, through the same receive
+    /// checks as every simulated packet; what `to` answers goes onto the wire. For tests and
+    /// fuzzers that play a forged or broken peer (compute the ICRC with
+    /// [`SimPair::icrc_context`] to get past the ICRC check).
+    pub fn inject(&mut self, to: Side, src_port: u16, bytes: &[u8]) {
+        self.deliver(to, src_port, bytes);
+    }
+
+    /// The ICRC context of a packet from `to`'s peer to `to` sent from UDP port `src_port`,
+    /// as the simulated network frames it.
+    pub fn icrc_context(to: Side, src_port: u16) -> IcrcContext {
+        IcrcContext {
+            ip: IpHeaderInfo::V4 {
+                src: to.other().ip(),
+                dst: to.ip(),
+                identification: 0,
+                flags_fragment: 0x4000,
+            },
+            udp_src_port: src_port,
+            udp_dst_port: 4791,
         }
     }
 
