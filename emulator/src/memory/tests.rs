@@ -341,6 +341,8 @@ fn atomics_cmp_swap_and_fetch_add() {
 }
 
 #[test]
+// Threads and sleeps: far too slow under Miri's interpreter.
+#[cfg_attr(miri, ignore)]
 fn concurrent_fetch_add_is_exact() {
     let t = Arc::new(MrTable::new(4));
     let mut words = vec![0u64; 2];
@@ -578,6 +580,8 @@ fn remote_slice_names_a_read_in_place_and_its_parts_read_back() {
 }
 
 #[test]
+// Threads and sleeps: far too slow under Miri's interpreter.
+#[cfg_attr(miri, ignore)]
 fn deregister_waits_for_a_reader() {
     let t = Arc::new(MrTable::new(4));
     let (_g, _base, k) = counting_region(&t);
@@ -700,6 +704,8 @@ fn invalidate_refuses_user_regions() {
 }
 
 #[test]
+// Threads and sleeps: far too slow under Miri's interpreter.
+#[cfg_attr(miri, ignore)]
 fn no_copy_after_deregister_returns() {
     let t = Arc::new(MrTable::new(4));
     let mut g = Guarded::new(4096);

@@ -7,4 +7,4 @@ mod pair;
 pub mod workload;
 
 pub use faults::{FaultConfig, SimRng};
-pub use pair::{Side, SimNode, SimPair, TraceEvent};
+pub use pair::{Side, SimNode, SimPair, TraceEvent, SIM_PD};

@@ -33,13 +33,16 @@ pub enum Side {
 }
 
 impl Side {
-    fn other(self) -> Side {
+    /// The other end.
+    pub fn other(self) -> Side {
         match self {
             Side::A => Side::B,
             Side::B => Side::A,
         }
     }
-    fn ip(self) -> Ipv4Addr {
+
+    /// This end's IPv4 address (what the ICRC of a packet to or from it covers).
+    pub fn ip(self) -> Ipv4Addr {
         match self {
             Side::A => Ipv4Addr::new(127, 0, 0, 1),
             Side::B => Ipv4Addr::new(127, 0, 0, 2),
@@ -335,14 +338,8 @@ impl SimPair {
         }
         for mut packet in out.packets.drain(..) {
             let ctx = IcrcContext {
-                ip: IpHeaderInfo::V4 {
-                    src: from.ip(),
-                    dst: from.other().ip(),
-                    identification: 0,
-                    flags_fragment: 0x4000,
-                },
-                udp_src_port: packet.udp_src_port,
                 udp_dst_port: packet.udp_dst_port,
+                ..SimPair::icrc_context(from.other(), packet.udp_src_port)
             };
             write_icrc(&ctx, &mut packet.bytes);
             let decoded = RoceRepr::parse(&packet.bytes)
@@ -477,7 +474,24 @@ impl SimPair {
         let mut bytes = vec![0u8; repr.buffer_len()];
         repr.emit(&mut bytes)
             .expect("a packet the opcode table can lay out");
-        let ctx = IcrcContext {
+        let ctx = SimPair::icrc_context(to, src_port);
+        write_icrc(&ctx, &mut bytes);
+        self.deliver(to, src_port, &bytes)
+    }
+
+    /// Delivers `bytes` (a UDP payload: BTH .. ICRC) to `to` now, as if the other side had
+    /// sent it from UDP port `src_port` with IP ID 0 and DF, through the same receive
+    /// checks as every simulated packet; what `to` answers goes onto the wire. For fuzzers
+    /// that play a broken peer (compute the ICRC with [`SimPair::icrc_context`] to get past
+    /// the ICRC check). Returns the pipeline's drop reason, if it dropped the packet.
+    pub fn inject_bytes(&mut self, to: Side, src_port: u16, bytes: &[u8]) -> Result<(), RxDrop> {
+        self.deliver(to, src_port, bytes)
+    }
+
+    /// The ICRC context of a packet from `to`'s peer to `to` sent from UDP port `src_port`,
+    /// as the simulated network frames it.
+    pub fn icrc_context(to: Side, src_port: u16) -> IcrcContext {
+        IcrcContext {
             ip: IpHeaderInfo::V4 {
                 src: to.other().ip(),
                 dst: to.ip(),
@@ -486,9 +500,7 @@ impl SimPair {
             },
             udp_src_port: src_port,
             udp_dst_port: 4791,
-        };
-        write_icrc(&ctx, &mut bytes);
-        self.deliver(to, src_port, &bytes)
+        }
     }
 
     fn deliver(&mut self, to: Side, src_port: u16, bytes: &[u8]) -> Result<(), RxDrop> {
