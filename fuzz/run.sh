@@ -12,8 +12,11 @@ seconds="${1:-20}"
 cache=/var/cache/softverbs/fuzz-target
 if mkdir -p "$cache" 2>/dev/null && [ -w "$cache" ]; then target_dir="$cache"; else target_dir=fuzz/target; fi
 if ! cargo +nightly --version >/dev/null 2>&1; then
-    echo "fuzz: no nightly toolchain (rustup toolchain install nightly)" >&2
-    exit 1
+    # Like the lab stage: a machine without the tool says so; SOFTVERBS_FUZZ_REQUIRED=1
+    # makes that fatal.
+    echo "fuzz skipped: no nightly toolchain (rustup toolchain install nightly)" >&2
+    [ "${SOFTVERBS_FUZZ_REQUIRED:-0}" = 1 ] && exit 1
+    exit 0
 fi
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
     echo "fuzz: installing cargo-fuzz"
