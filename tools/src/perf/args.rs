@@ -262,6 +262,10 @@ pub const MAX_QPS: u32 = 16_384;
 pub const MAX_TX_DEPTH: u32 = 0x4000;
 /// Longest run per size.
 pub const MAX_DURATION_S: f64 = 3600.0;
+/// Most pairs `--pairs` runs.
+pub const MAX_PAIRS: u32 = 64;
+/// Most competitors `--contend` starts.
+pub const MAX_CONTENDERS: u32 = 64;
 /// Most alternations of `--rounds`.
 pub const MAX_ROUNDS: u32 = 99;
 
@@ -402,17 +406,11 @@ impl PerfArgs {
                 "--baseline needs --loopback (the baseline runs on loopback)",
             ));
         }
-        if self.contend > super::contend::MAX_CONTENDERS {
-            return Err(bad(format!(
-                "--contend must be 0..={}",
-                super::contend::MAX_CONTENDERS
-            )));
+        if self.contend > MAX_CONTENDERS {
+            return Err(bad(format!("--contend must be 0..={}", MAX_CONTENDERS)));
         }
-        if self.pairs == 0 || self.pairs > super::pairs::MAX_PAIRS {
-            return Err(bad(format!(
-                "--pairs must be 1..={}",
-                super::pairs::MAX_PAIRS
-            )));
+        if self.pairs == 0 || self.pairs > MAX_PAIRS {
+            return Err(bad(format!("--pairs must be 1..={}", MAX_PAIRS)));
         }
         if self.pairs > 1
             && (!self.loopback

@@ -6,9 +6,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// Most competitors `--contend` starts.
-pub const MAX_CONTENDERS: u32 = 64;
-
 /// How long a competitor spins at most if nobody stops it: a bound even if its parent is
 /// killed in a way that skips every cleanup and the parent check below misses it.
 const CONTENDER_LIFETIME: Duration = Duration::from_secs(3600);

@@ -43,7 +43,13 @@ pub fn run(args: &PerfArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match run::run(&settings) {
+    // --pairs is its own kind of one-process run (one pair alone, then all at once).
+    let result = if settings.pairs > 1 {
+        pairs::run(&settings)
+    } else {
+        run::run(&settings)
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("softverbs perf: {e}");

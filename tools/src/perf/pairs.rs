@@ -9,13 +9,10 @@ use std::time::Instant;
 
 use softverbs::{ChannelNetwork, DeviceConfig, LinkConfig, VerbsError, VerbsResult};
 
-use super::args::{LinkKind, Settings};
+use super::args::{LinkKind, Settings, MAX_PAIRS};
 use super::report::{self, LatResult};
 use super::results::Row;
 use super::run::{loopback_pair, PairRun};
-
-/// Most pairs `--pairs` runs.
-pub const MAX_PAIRS: u32 = 64;
 
 /// The devices of pair `i`: `perf-pair<i>s` on 127.27.<i>.1 and `perf-pair<i>c` on
 /// 127.27.<i>.2, a 127.x range of their own so that the command runs beside programs on the

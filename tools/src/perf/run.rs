@@ -117,7 +117,6 @@ pub fn run(s: &Settings) -> VerbsResult<()> {
             print_client(s, "udp, two processes", &report);
             Ok(())
         }
-        Role::Loopback if s.pairs > 1 => super::pairs::run(s),
         Role::Loopback => {
             let mut rounds = Vec::with_capacity(s.rounds as usize);
             for _ in 0..s.rounds {
