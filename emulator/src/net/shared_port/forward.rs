@@ -12,7 +12,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
 
-use super::super::{InDatagram, MAX_DATAGRAM_BYTES};
+use super::super::{DatagramView, InDatagram, MAX_DATAGRAM_BYTES};
 
 /// Bytes in front of a forwarded datagram: family (1), IP (16), port (2), whether the
 /// IPv4 identification is known (1), the identification (2).
@@ -43,11 +43,11 @@ impl Forwarder {
     /// Passes `datagram` on to the member holding `slot`. `Ok(false)` if no process has that
     /// slot's socket (the member is gone: the caller drops and counts the datagram) or its
     /// queue is full (dropped like any datagram a full socket buffer refuses).
-    pub fn forward(&self, slot: u8, datagram: &InDatagram) -> io::Result<bool> {
+    pub fn forward(&self, slot: u8, datagram: DatagramView<'_>) -> io::Result<bool> {
         let to = UnixAddr::from_abstract_name(name(self.device, slot))?;
         let mut buf = Vec::with_capacity(HEADER_BYTES + datagram.payload.len());
         encode_header(&mut buf, datagram.src, datagram.ipv4_identification);
-        buf.extend_from_slice(&datagram.payload);
+        buf.extend_from_slice(datagram.payload);
         match self.socket.send_to_addr(&buf, &to) {
             Ok(_) => Ok(true),
             Err(e)
@@ -150,7 +150,7 @@ mod tests {
                 payload: b"bth and the rest".to_vec(),
                 ipv4_identification: id,
             };
-            assert!(a.forward(9, &d).unwrap());
+            assert!(a.forward(9, d.view()).unwrap());
             let got = b.try_recv().unwrap().expect("forwarded");
             assert_eq!(got, d);
         }
@@ -167,7 +167,7 @@ mod tests {
             payload: vec![1, 2, 3],
             ipv4_identification: None,
         };
-        assert!(!a.forward(200, &d).unwrap());
+        assert!(!a.forward(200, d.view()).unwrap());
         let err = Forwarder::bind(dev, 3).expect_err("slot 3's name is taken");
         assert_eq!(err.kind(), io::ErrorKind::AddrInUse);
         drop(a);

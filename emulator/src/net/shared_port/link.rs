@@ -204,7 +204,7 @@ impl SharedLink {
             None | Some(0) | Some(PROBE_SLOT) => Some(d),
             Some(slot) if slot == self.slot() => Some(d),
             Some(slot) => {
-                match self.forwarder.forward(slot, &d.to_owned()) {
+                match self.forwarder.forward(slot, d) {
                     Ok(true) => {
                         self.counters.forwarded_out.fetch_add(1, Ordering::Relaxed);
                     }
