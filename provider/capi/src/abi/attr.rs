@@ -282,3 +282,21 @@ pub struct IbvMwBind {
     pub send_flags: u32,
     pub bind_info: IbvMwBindInfo,
 }
+
+/// `struct ibv_mr_init_attr` (rdma-core 59 onward, `buf` since 64): the extensible argument
+/// of `ibv_reg_mr_ex`. Not in Debian's 44 headers, so the layout test cannot see it; its
+/// offsets follow the C rules for these field types (checked in `layout_test` by number and
+/// by the newer-ABI C test, which declares it as newer verbs.h does).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IbvMrInitAttr {
+    pub length: usize,
+    pub access: i32,
+    pub comp_mask: u64,
+    pub iova: u64,
+    pub addr: *mut c_void,
+    pub fd: i32,
+    pub fd_offset: u64,
+    pub dmah: *mut c_void,
+    pub buf: *mut c_void,
+}
