@@ -9,7 +9,9 @@ use softverbs_api::{
 };
 
 use super::convert;
-use super::ffi::{BindDesc, RawAh, RawMr, RawMw, RawWc, SendDesc, SendKind};
+use super::ffi::cq::RawWc;
+use super::ffi::post::{BindDesc, SendDesc, SendKind};
+use super::ffi::{RawAh, RawMr, RawMw};
 
 /// The objects a send WR names, held for the duration of its post.
 pub(crate) enum Held {
