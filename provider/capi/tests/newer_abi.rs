@@ -133,6 +133,24 @@ fn stub_and_refs(dir: &Path, nodes: &[(String, Vec<(String, bool)>)]) -> (PathBu
     (stub_dir, dir.join("refs.c"))
 }
 
+/// Compiles `sources` (and defines among them) with the reference table into `exe`, linked
+/// BIND_NOW against the stub libibverbs.so.1 of `stub_dir`.
+fn link_against_stub(sources: &[&std::ffi::OsStr], refs: &Path, stub_dir: &Path, exe: &Path) {
+    let mut args: Vec<&std::ffi::OsStr> = vec!["-fPIC".as_ref()];
+    args.extend_from_slice(sources);
+    args.extend_from_slice(&[
+        refs.as_os_str(),
+        "-o".as_ref(),
+        exe.as_os_str(),
+        "-L".as_ref(),
+        stub_dir.as_os_str(),
+        "-Wl,--no-as-needed".as_ref(),
+        "-l:libibverbs.so.1".as_ref(),
+        "-Wl,-z,now".as_ref(),
+    ]);
+    run_cc(&args);
+}
+
 /// The version nodes `exe` requires of libibverbs.so.1 (`objdump -p`'s "required from").
 fn required_versions(exe: &Path) -> Vec<String> {
     let out = Command::new("objdump").arg("-p").arg(exe).output().unwrap();
@@ -167,19 +185,7 @@ fn build_and_run(release: u32, newest: &str, private: &str, slot: u8) {
     let exe = dir.join("newer_abi");
     let source = format!("{}/tests/c/newer_abi.c", env!("CARGO_MANIFEST_DIR"));
     let define = format!("-DRELEASE={release}");
-    run_cc(&[
-        define.as_ref(),
-        "-fPIC".as_ref(),
-        source.as_ref(),
-        refs.as_os_str(),
-        "-o".as_ref(),
-        exe.as_os_str(),
-        "-L".as_ref(),
-        stub_dir.as_os_str(),
-        "-Wl,--no-as-needed".as_ref(),
-        "-l:libibverbs.so.1".as_ref(),
-        "-Wl,-z,now".as_ref(),
-    ]);
+    link_against_stub(&[define.as_ref(), source.as_ref()], &refs, &stub_dir, &exe);
     // The program is one of that release: it needs the release's nodes, which Debian's
     // rdma-core 44 does not have (the loader would refuse it before main).
     let required = required_versions(&exe);
@@ -261,18 +267,7 @@ fn a_program_needing_a_node_we_lack_is_refused_by_the_loader() {
     )
     .unwrap();
     let exe = dir.join("needs99");
-    run_cc(&[
-        "-fPIC".as_ref(),
-        main.as_os_str(),
-        refs.as_os_str(),
-        "-o".as_ref(),
-        exe.as_os_str(),
-        "-L".as_ref(),
-        stub_dir.as_os_str(),
-        "-Wl,--no-as-needed".as_ref(),
-        "-l:libibverbs.so.1".as_ref(),
-        "-Wl,-z,now".as_ref(),
-    ]);
+    link_against_stub(&[main.as_os_str()], &refs, &stub_dir, &exe);
     let out = common::on_dropin(&exe, 0).output().unwrap();
     let text = common::text(&out);
     assert!(!out.status.success(), "started without the node: {text}");

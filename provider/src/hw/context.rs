@@ -254,7 +254,7 @@ impl VerbsContext for HwContext {
         let c = self.cqs.get(cq, inval)?;
         let wcs = c.raw.poll(out.len()).map_err(|e| error(e, "ibv_poll_cq"))?;
         for (slot, w) in out.iter_mut().zip(&wcs) {
-            *slot = wr::work_completion(w);
+            *slot = WorkCompletion::from(w);
         }
         Ok(wcs.len())
     }
@@ -306,7 +306,7 @@ impl VerbsContext for HwContext {
             .raw
             .query(attr::QUERY_MASK)
             .map_err(|e| error(e, "ibv_query_qp"))?;
-        Ok((attr::qp_attr_from_c(&c), qp.init))
+        Ok((attr::qp_attr_from_c(c)?, qp.init))
     }
 
     fn destroy_qp(&self, qpn: u32) -> VerbsResult<()> {

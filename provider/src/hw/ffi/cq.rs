@@ -6,6 +6,7 @@ use std::os::fd::RawFd;
 use std::ptr;
 
 use rdma_sys::*;
+use softverbs_api::c_layout::IbvWc;
 
 use super::{last_errno, rc, Errno, RawChannel, RawCq};
 
@@ -34,25 +35,6 @@ impl RawChannel {
     }
 }
 
-/// `struct ibv_wc`, copied out of the CQ.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct RawWc {
-    pub wr_id: u64,
-    pub status: u32,
-    pub opcode: u32,
-    pub vendor_err: u32,
-    pub byte_len: u32,
-    /// imm_data (network order) or invalidated_rkey, by `wc_flags`.
-    pub imm_or_inv: u32,
-    pub qp_num: u32,
-    pub src_qp: u32,
-    pub wc_flags: u32,
-    pub pkey_index: u16,
-    pub slid: u16,
-    pub sl: u8,
-    pub dlid_path_bits: u8,
-}
-
 impl RawCq {
     /// Granted number of entries.
     pub(crate) fn cqe(&self) -> i32 {
@@ -60,39 +42,21 @@ impl RawCq {
         unsafe { (*self.0.as_ptr()).cqe }
     }
 
-    /// `ibv_poll_cq` of up to `max` completions.
-    pub(crate) fn poll(&self, max: usize) -> Result<Vec<RawWc>, Errno> {
+    /// `ibv_poll_cq` of up to `max` completions, in softverbs-api's layout of `ibv_wc`.
+    pub(crate) fn poll(&self, max: usize) -> Result<Vec<IbvWc>, Errno> {
         let n = i32::try_from(max).unwrap_or(i32::MAX);
         // Zeroed rather than uninitialised: a provider that leaves a field it considers
         // undefined (e.g. on error completions) unwritten then reads as 0, not as garbage.
-        // SAFETY: ibv_wc is integers and a union of integers: all-zero is a valid value.
-        let mut wcs: Vec<ibv_wc> = (0..max).map(|_| unsafe { std::mem::zeroed() }).collect();
-        // SAFETY: live CQ; `wcs` holds `max` >= `n` entries, of which the provider fills the
-        // first `got`.
-        let got = unsafe { ibv_poll_cq(self.0.as_ptr(), n, wcs.as_mut_ptr()) };
+        let mut wcs = vec![IbvWc::default(); max];
+        // SAFETY: live CQ; `wcs` holds `max` >= `n` entries of `struct ibv_wc` (IbvWc is its
+        // layout, checked against rdma-sys's in `layout`), of which the provider fills the
+        // first `got`; every field is an integer, valid for any bits.
+        let got = unsafe { ibv_poll_cq(self.0.as_ptr(), n, wcs.as_mut_ptr().cast::<ibv_wc>()) };
         if got < 0 {
             return Err(if got == -1 { last_errno() } else { -got });
         }
         wcs.truncate(got as usize);
-        Ok(wcs
-            .iter()
-            .map(|w| RawWc {
-                wr_id: w.wr_id,
-                status: w.status,
-                opcode: w.opcode,
-                vendor_err: w.vendor_err,
-                byte_len: w.byte_len,
-                // SAFETY: both union members are u32; any bit pattern is valid.
-                imm_or_inv: unsafe { w.imm_data_invalidated_rkey_union.imm_data },
-                qp_num: w.qp_num,
-                src_qp: w.src_qp,
-                wc_flags: w.wc_flags,
-                pkey_index: w.pkey_index,
-                slid: w.slid,
-                sl: w.sl,
-                dlid_path_bits: w.dlid_path_bits,
-            })
-            .collect())
+        Ok(wcs)
     }
 
     /// `ibv_req_notify_cq`.

@@ -17,6 +17,7 @@
 
 pub(crate) mod context;
 pub(crate) mod cq;
+pub(crate) mod layout;
 mod pd;
 pub(crate) mod post;
 
@@ -224,10 +225,3 @@ destroy_with!(RawQp, ibv_destroy_qp);
 destroy_with!(RawSrq, ibv_destroy_srq);
 destroy_with!(RawAh, ibv_destroy_ah);
 destroy_with!(RawMw, ibv_dealloc_mw);
-
-/// The 16 bytes of a GID.
-pub(crate) fn gid_bytes(gid: &ibv_gid) -> [u8; 16] {
-    // SAFETY: both union members are plain bytes/integers of the same 16 bytes; any bit
-    // pattern is a valid byte array.
-    unsafe { gid.raw }
-}
