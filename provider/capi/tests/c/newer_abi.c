@@ -5,7 +5,8 @@
  * It then does what a program of that release does that a 44 one does not:
  *  - the private node's imports: ibv_query_gid_type, ibv_wr_opcode_str (49+);
  *  - verbs.h's inline ibv_query_port of 49+ passes the longer ibv_port_attr (with
- *    active_speed_ex): its tail must come back zeroed, not left as it was;
+ *    active_speed_ex): its tail must come back zeroed, not left as it was; so must the
+ *    tail of an ibv_device_attr_ex longer than 44's;
  *  - 59+: ibv_reg_mr_ex (address, iova, dma-buf, DMA handle, bad masks), ibv_alloc_dmah;
  *  - 62+: ibv_query_port_speed, ibv_dm_export_dmabuf_fd;
  *  - 64+: ibv_alloc_buf / ibv_reg_buf_mr / ibv_free_buf;
@@ -159,6 +160,36 @@ static void private_node(struct ibv_context *ctx)
 #endif
 }
 
+/* An extensible structure longer than 44's, as a newer verbs.h may pass it: the part the
+ * library does not know comes back zeroed, the part it knows filled. */
+static void longer_device_attr_ex(struct ibv_context *ctx)
+{
+    struct {
+        struct ibv_device_attr_ex attr44;
+        unsigned char newer[64];
+    } d;
+    memset(&d, 0xa5, sizeof(d));
+    struct verbs_context *vctx = verbs_get_ctx_op(ctx, query_device_ex);
+    EXPECT("verbs_context has query_device_ex", vctx != NULL);
+    EXPECT("query_device_ex with a longer structure",
+           vctx->query_device_ex(ctx, NULL, &d.attr44, sizeof(d)) == 0);
+    EXPECT("phys_port_cnt filled", d.attr44.orig_attr.phys_port_cnt == 1);
+    int zero = 1;
+    for (size_t i = 0; i < sizeof(d.newer); i++)
+        zero &= d.newer[i] == 0;
+    EXPECT("the unknown tail zeroed", zero);
+}
+
+/* Object import (1.10): nothing to import from; the void unimport leaves errno alone. */
+static void import_objects(struct side *s)
+{
+    errno = 0;
+    EXPECT("ibv_import_pd: NULL, EOPNOTSUPP", !ibv_import_pd(s->ctx, 1) && errno == EOPNOTSUPP);
+    errno = 1234;
+    ibv_unimport_pd(s->pd);
+    EXPECT("ibv_unimport_pd leaves errno alone", errno == 1234);
+}
+
 static void newer_verbs(struct side *s)
 {
 #if RELEASE >= 59
@@ -292,6 +323,8 @@ int main(void)
     open_side(&a, list[0]);
     open_side(&b, list[1]);
     private_node(a.ctx);
+    longer_device_attr_ex(a.ctx);
+    import_objects(&a);
     newer_verbs(&a);
     write_through(&a, &b);
     printf("newer_abi %d: %u symbols bound, %d checks passed\n", RELEASE, newer_abi_ref_count,
