@@ -1,4 +1,5 @@
-//! Turns symbols/libibverbs-44.symbols into the library's ELF symbol versions: a linker
+//! Turns the symbol lists of symbols/ (rdma-core 44's, then the nodes of newer releases) into
+//! the library's ELF symbol versions: a linker
 //! version script naming every node, and assembly trampolines that give each exported
 //! `symbol@node` (or `symbol@@node`, the default) its implementation. Rust cannot attach a
 //! version to a symbol itself, and `.symver` only applies to a symbol defined in the same
@@ -15,24 +16,40 @@ struct Symbol {
     kind: String,
 }
 
+/// The lists, oldest nodes first: the version script chains the public nodes in this order.
+const LISTS: [&str; 2] = [
+    "symbols/libibverbs-44.symbols",
+    "symbols/libibverbs-newer.symbols",
+];
+
 fn main() {
-    let list = "symbols/libibverbs-44.symbols";
-    println!("cargo:rerun-if-changed={list}");
     println!("cargo:rerun-if-changed=build.rs");
-    let text = std::fs::read_to_string(list).expect("symbol list");
     let mut symbols = Vec::new();
-    for line in text
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-    {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(f.len(), 4, "bad line in {list}: {line}");
-        symbols.push(Symbol {
-            name: f[0].into(),
-            node: f[1].into(),
-            default: f[2] != "compat",
-            kind: f[3].into(),
-        });
+    for list in LISTS {
+        println!("cargo:rerun-if-changed={list}");
+        let text = std::fs::read_to_string(list).expect("symbol list");
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(f.len(), 4, "bad line in {list}: {line}");
+            symbols.push(Symbol {
+                name: f[0].into(),
+                node: f[1].into(),
+                default: f[2] != "compat",
+                kind: f[3].into(),
+            });
+        }
+    }
+    // A name may have one default version only (the linker would refuse two `@@`).
+    let mut defaults = std::collections::BTreeSet::new();
+    for s in symbols.iter().filter(|s| s.default) {
+        assert!(
+            defaults.insert(&s.name),
+            "two default versions of {}",
+            s.name
+        );
     }
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
 
@@ -86,7 +103,9 @@ fn main() {
             "impl" => format!("sv_{}", s.name.trim_start_matches('_')),
             "errno" => "sv_stub_errno".to_string(),
             "null" => "sv_stub_null".to_string(),
-            other => panic!("unknown kind {other} in {list}"),
+            "fail" => "sv_stub_fail".to_string(),
+            "void" => "sv_stub_void".to_string(),
+            other => panic!("unknown kind {other} of {}", s.name),
         };
         let jump = if std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("aarch64") {
             format!("b {target}")

@@ -1,5 +1,7 @@
 //! The softverbs contract: plain data types that mirror `verbs.h` semantics and the backend
-//! traits that the emulator (and later the hardware passthrough and a C ABI) implement.
+//! traits that the emulator (and later the hardware passthrough and a C ABI) implement, and
+//! (`c_layout`) the C layouts of the attribute and completion structures that both C-facing
+//! layers, the drop-in libibverbs.so.1 and the hardware backend, convert through.
 //!
 //! Nothing here does I/O and nothing here is `unsafe`; the safe, ownership-checked handles
 //! that applications use live in the `softverbs` crate.
@@ -7,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod c_layout;
 pub mod device;
 pub mod error;
 pub mod event;

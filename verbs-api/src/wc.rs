@@ -166,6 +166,26 @@ impl WcOpcode {
             WcOpcode::RecvRdmaWithImm => 129,
         }
     }
+
+    /// The opcode of an `enum ibv_wc_opcode` value (`None` for values it lacks).
+    pub fn from_raw(raw: u32) -> Option<WcOpcode> {
+        [
+            WcOpcode::Send,
+            WcOpcode::RdmaWrite,
+            WcOpcode::RdmaRead,
+            WcOpcode::CompSwap,
+            WcOpcode::FetchAdd,
+            WcOpcode::BindMw,
+            WcOpcode::LocalInv,
+            WcOpcode::Tso,
+            WcOpcode::Flush,
+            WcOpcode::AtomicWrite,
+            WcOpcode::Recv,
+            WcOpcode::RecvRdmaWithImm,
+        ]
+        .into_iter()
+        .find(|op| op.to_raw() == raw)
+    }
 }
 
 /// `struct ibv_wc`.

@@ -102,7 +102,7 @@ pub unsafe extern "C" fn sv_ibv_init_ah_from_wc(
     match reply_attr(ctx, port_num, unsafe { &*wc }, unsafe { &*grh }) {
         Ok(a) => {
             // SAFETY: writable, non-NULL.
-            unsafe { ah_attr.write(convert::ah_attr_raw(&a)) };
+            unsafe { ah_attr.write(IbvAhAttr::from(&a)) };
             0
         }
         Err(e) => e,

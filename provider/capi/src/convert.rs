@@ -2,51 +2,20 @@
 //! Pure functions on plain data; no pointers are followed here.
 
 use softverbs_api::{
-    AccessFlags, AhAttr, DeviceAttr, Gid, Mtu, PortAttr, PortState, QpAttr, QpCap, QpState, QpType,
-    SendFlags, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, DeviceAttr, PortAttr, PortState, QpAttr, QpAttrMask, QpType, SendFlags,
+    WrOpcode,
 };
 
-use crate::abi::{
-    IbvAhAttr, IbvDeviceAttr, IbvGid, IbvGlobalRoute, IbvPortAttr, IbvQpAttr, IbvQpCap, IbvWc,
-};
+use crate::abi::{IbvAhAttr, IbvDeviceAttr, IbvPortAttr, IbvQpAttr};
 
 /// `enum ibv_qp_type` → contract type (RC, UC, UD; others are not emulated).
 pub fn qp_type(raw: u32) -> Option<QpType> {
     QpType::from_raw(raw)
 }
 
-/// `enum ibv_qp_state` → contract state.
-pub fn qp_state(raw: u32) -> Option<QpState> {
-    QpState::from_raw(raw)
-}
-
 /// `enum ibv_wr_opcode` → contract opcode.
 pub fn wr_opcode(raw: u32) -> Option<WrOpcode> {
     WrOpcode::from_raw(raw)
-}
-
-/// Contract completion → `struct ibv_wc`.
-pub fn wc(w: &WorkCompletion) -> IbvWc {
-    let with_inv = w.wc_flags.contains(softverbs_api::WcFlags::WITH_INV);
-    IbvWc {
-        wr_id: w.wr_id,
-        status: w.status.to_raw(),
-        opcode: w.opcode.to_raw(),
-        vendor_err: w.vendor_err,
-        byte_len: w.byte_len,
-        imm_data_or_invalidated_rkey: if with_inv {
-            w.invalidated_rkey
-        } else {
-            w.imm_data.to_be()
-        },
-        qp_num: w.qp_num,
-        src_qp: w.src_qp,
-        wc_flags: w.wc_flags.bits(),
-        pkey_index: w.pkey_index,
-        slid: w.slid,
-        sl: w.sl,
-        dlid_path_bits: w.dlid_path_bits,
-    }
 }
 
 /// Send flags of verbs.h (unknown bits kept, so that the backend rejects them).
@@ -59,130 +28,31 @@ pub fn access(raw: u32) -> AccessFlags {
     AccessFlags(raw)
 }
 
-/// `struct ibv_qp_cap` ↔ contract capacities.
-pub fn cap(c: &IbvQpCap) -> QpCap {
-    QpCap {
-        max_send_wr: c.max_send_wr,
-        max_recv_wr: c.max_recv_wr,
-        max_send_sge: c.max_send_sge,
-        max_recv_sge: c.max_recv_sge,
-        max_inline_data: c.max_inline_data,
-    }
-}
-
-/// Contract capacities → `struct ibv_qp_cap`.
-pub fn cap_raw(c: &QpCap) -> IbvQpCap {
-    IbvQpCap {
-        max_send_wr: c.max_send_wr,
-        max_recv_wr: c.max_recv_wr,
-        max_send_sge: c.max_send_sge,
-        max_recv_sge: c.max_recv_sge,
-        max_inline_data: c.max_inline_data,
-    }
-}
-
-/// `struct ibv_ah_attr` → contract AH (RoCE: the GRH is what addresses the peer).
+/// `struct ibv_ah_attr` → contract AH: RoCE has no LIDs, so without a GRH there is no
+/// destination (EINVAL).
 pub fn ah_attr(a: &IbvAhAttr) -> Result<AhAttr, i32> {
     if a.is_global == 0 {
-        // RoCE has no LIDs: without a GRH there is no destination.
         return Err(libc::EINVAL);
     }
-    Ok(AhAttr {
-        dgid: Gid(a.grh.dgid.0),
-        sgid_index: a.grh.sgid_index,
-        hop_limit: a.grh.hop_limit,
-        traffic_class: a.grh.traffic_class,
-        flow_label: a.grh.flow_label,
-        sl: a.sl,
-        port_num: a.port_num,
-        udp_dport: None,
-    })
+    Ok(a.into())
 }
 
-/// Contract AH → `struct ibv_ah_attr`.
-pub fn ah_attr_raw(a: &AhAttr) -> IbvAhAttr {
-    IbvAhAttr {
-        grh: IbvGlobalRoute {
-            dgid: IbvGid(a.dgid.0),
-            flow_label: a.flow_label,
-            sgid_index: a.sgid_index,
-            hop_limit: a.hop_limit,
-            traffic_class: a.traffic_class,
-        },
-        dlid: 0,
-        sl: a.sl,
-        src_path_bits: 0,
-        static_rate: 0,
-        is_global: 1,
-        port_num: a.port_num,
-    }
-}
-
-/// `struct ibv_qp_attr` → contract attributes, reading only what `mask` selects.
+/// `struct ibv_qp_attr` → contract attributes, reading only what `mask` selects (EINVAL for
+/// a selected value verbs.h does not define, or a path without a GRH).
 pub fn qp_attr(a: &IbvQpAttr, mask: u32) -> Result<QpAttr, i32> {
-    const STATE: u32 = 1;
-    const CUR_STATE: u32 = 1 << 1;
-    const AV: u32 = 1 << 7;
-    const PATH_MTU: u32 = 1 << 8;
-    let mut out = QpAttr::default();
-    if mask & STATE != 0 {
-        out.qp_state = qp_state(a.qp_state).ok_or(libc::EINVAL)?;
+    let mask = QpAttrMask(mask);
+    if mask.contains(QpAttrMask::AV) && a.ah_attr.is_global == 0 {
+        return Err(libc::EINVAL);
     }
-    if mask & CUR_STATE != 0 {
-        out.cur_qp_state = qp_state(a.cur_qp_state).ok_or(libc::EINVAL)?;
-    }
-    if mask & PATH_MTU != 0 {
-        out.path_mtu = Mtu::from_raw(a.path_mtu).ok_or(libc::EINVAL)?;
-    }
-    if mask & AV != 0 {
-        out.ah_attr = ah_attr(&a.ah_attr)?;
-    }
-    out.rq_psn = a.rq_psn;
-    out.sq_psn = a.sq_psn;
-    out.dest_qp_num = a.dest_qp_num;
-    out.qp_access_flags = access(a.qp_access_flags);
-    out.cap = cap(&a.cap);
-    out.qkey = a.qkey;
-    out.pkey_index = a.pkey_index;
-    out.max_rd_atomic = a.max_rd_atomic;
-    out.max_dest_rd_atomic = a.max_dest_rd_atomic;
-    out.min_rnr_timer = a.min_rnr_timer;
-    out.port_num = a.port_num;
-    out.timeout = a.timeout;
-    out.retry_cnt = a.retry_cnt;
-    out.rnr_retry = a.rnr_retry;
-    Ok(out)
+    a.to_contract(mask).ok_or(libc::EINVAL)
 }
 
-/// Contract attributes → `struct ibv_qp_attr`.
+/// Contract attributes → `struct ibv_qp_attr` of `ibv_query_qp`: the current state is the
+/// state.
 pub fn qp_attr_raw(a: &QpAttr) -> IbvQpAttr {
     IbvQpAttr {
-        qp_state: a.qp_state.to_raw(),
         cur_qp_state: a.qp_state.to_raw(),
-        path_mtu: a.path_mtu as u32,
-        path_mig_state: 0, // IBV_MIG_MIGRATED: no alternate path
-        qkey: a.qkey,
-        rq_psn: a.rq_psn,
-        sq_psn: a.sq_psn,
-        dest_qp_num: a.dest_qp_num,
-        qp_access_flags: a.qp_access_flags.bits(),
-        cap: cap_raw(&a.cap),
-        ah_attr: ah_attr_raw(&a.ah_attr),
-        alt_ah_attr: IbvAhAttr::default(),
-        pkey_index: a.pkey_index,
-        alt_pkey_index: 0,
-        en_sqd_async_notify: 0,
-        sq_draining: a.sq_draining as u8,
-        max_rd_atomic: a.max_rd_atomic,
-        max_dest_rd_atomic: a.max_dest_rd_atomic,
-        min_rnr_timer: a.min_rnr_timer,
-        port_num: a.port_num,
-        timeout: a.timeout,
-        retry_cnt: a.retry_cnt,
-        rnr_retry: a.rnr_retry,
-        alt_port_num: 0,
-        alt_timeout: 0,
-        rate_limit: 0,
+        ..a.into()
     }
 }
 

@@ -8,7 +8,6 @@ use softverbs_api::{WcFlags, WorkCompletion};
 
 use crate::abi::*;
 use crate::channel::SvChannel;
-use crate::convert;
 use crate::handle::{
     fail_null, is_live, live_context, register, unregister, Kind, SvContext, SvCq,
 };
@@ -282,7 +281,7 @@ pub unsafe extern "C" fn sv_poll_cq(cq: *mut IbvCq, num_entries: i32, wc: *mut I
         };
         for (i, w) in buf[..n].iter().enumerate() {
             // SAFETY: wc has num_entries writable entries; done + i < num_entries.
-            unsafe { wc.add(done + i).write(convert::wc(w)) };
+            unsafe { wc.add(done + i).write(IbvWc::from(w)) };
         }
         done += n;
         if n < chunk {

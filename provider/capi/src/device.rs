@@ -271,11 +271,69 @@ pub(crate) unsafe extern "C" fn sv_query_port_ex(
         Err(e) => return e.errno(),
     };
     let n = port_attr_len.min(std::mem::size_of::<IbvPortAttr>());
-    // SAFETY: attr has port_attr_len writable bytes; we copy at most that many.
+    // SAFETY: attr has port_attr_len writable bytes; we write at most that many. A longer
+    // structure (headers newer than 44 append `active_speed_ex`) gets its tail zeroed, as
+    // libibverbs does: a zero `active_speed_ex` tells the program to read `active_speed`.
     unsafe {
-        std::ptr::copy_nonoverlapping(&p as *const IbvPortAttr as *const u8, attr as *mut u8, n)
-    };
+        std::ptr::copy_nonoverlapping(&p as *const IbvPortAttr as *const u8, attr as *mut u8, n);
+        std::ptr::write_bytes((attr as *mut u8).add(n), 0, port_attr_len - n);
+    }
     0
+}
+
+/// `ibv_query_port_speed` (IBVERBS_1.16): the port's bandwidth in units of 100 Mb/s, its
+/// lanes (`active_width`) times the data rate of one lane (`active_speed`).
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_query_port_speed(
+    context: *mut IbvContext,
+    port_num: u32,
+    speed: *mut u64,
+) -> i32 {
+    // SAFETY: checked live.
+    let Some(ctx) = (unsafe { live_context(context) }) else {
+        return libc::EINVAL;
+    };
+    let Ok(port_num) = u8::try_from(port_num) else {
+        return libc::EINVAL;
+    };
+    if speed.is_null() {
+        return libc::EINVAL;
+    }
+    let p = match ctx.backend().query_port(port_num) {
+        Ok(p) => convert::port_attr(&p),
+        Err(e) => return e.errno(),
+    };
+    match port_speed_100mbps(p.active_width, p.active_speed) {
+        Some(v) => {
+            // SAFETY: writable, non-NULL.
+            unsafe { speed.write(v) };
+            0
+        }
+        None => libc::EINVAL,
+    }
+}
+
+/// `enum ibv_port_width` × the data rate of `enum ibv_port_speed`'s lane, in 100 Mb/s.
+fn port_speed_100mbps(width: u8, speed: u8) -> Option<u64> {
+    let lanes = match width {
+        1 => 1,
+        2 => 4,
+        4 => 8,
+        8 => 12,
+        16 => 2,
+        _ => return None,
+    };
+    let lane = match speed {
+        1 => 25,      // SDR 2.5 Gb/s
+        2 => 50,      // DDR
+        4 | 8 => 100, // QDR, FDR10
+        16 => 140,    // FDR
+        32 => 250,    // EDR
+        64 => 500,    // HDR
+        128 => 1000,  // NDR
+        _ => return None,
+    };
+    Some(lanes * lane)
 }
 
 /// `ibv_query_gid`: an entry beyond the filled part of the table reads as zero.

@@ -44,6 +44,8 @@ pub enum Kind {
     Mw,
     /// `ibv_comp_channel`
     Channel,
+    /// `ibv_buf` (from `ibv_alloc_buf`)
+    Buf,
 }
 
 fn live() -> &'static Mutex<HashSet<(usize, Kind)>> {

@@ -429,3 +429,19 @@ fn layouts_match_verbs_h() {
         mismatches.join("\n")
     );
 }
+
+/// `struct ibv_mr_init_attr` of rdma-core 59+ is not in Debian's 44 headers: its offsets by
+/// the C rules for LP64 (the newer-ABI C test declares it and checks the same numbers).
+#[test]
+fn mr_init_attr_has_the_layout_of_newer_verbs_h() {
+    assert_eq!(offset_of!(IbvMrInitAttr, length), 0);
+    assert_eq!(offset_of!(IbvMrInitAttr, access), 8);
+    assert_eq!(offset_of!(IbvMrInitAttr, comp_mask), 16);
+    assert_eq!(offset_of!(IbvMrInitAttr, iova), 24);
+    assert_eq!(offset_of!(IbvMrInitAttr, addr), 32);
+    assert_eq!(offset_of!(IbvMrInitAttr, fd), 40);
+    assert_eq!(offset_of!(IbvMrInitAttr, fd_offset), 48);
+    assert_eq!(offset_of!(IbvMrInitAttr, dmah), 56);
+    assert_eq!(offset_of!(IbvMrInitAttr, buf), 64);
+    assert_eq!(size_of::<IbvMrInitAttr>(), 72);
+}

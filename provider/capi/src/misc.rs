@@ -1,5 +1,5 @@
 //! The verbs that need no device: strings of enums, rate conversions, fork support, sysfs
-//! helpers, and the two stubs behind every unsupported symbol (see symbols/).
+//! helpers, and the stubs behind every unsupported symbol (see symbols/).
 
 use std::os::raw::c_char;
 
@@ -19,6 +19,19 @@ pub extern "C" fn sv_stub_errno() -> i32 {
 pub extern "C" fn sv_stub_null() -> *mut std::ffi::c_void {
     fail_null(libc::EOPNOTSUPP)
 }
+
+/// Every unsupported symbol that fails with -1 and errno (as `ibv_dm_export_dmabuf_fd`
+/// without device memory): -1, errno EOPNOTSUPP.
+#[no_mangle]
+pub extern "C" fn sv_stub_fail() -> i32 {
+    set_errno(libc::EOPNOTSUPP);
+    -1
+}
+
+/// Every unsupported `void` symbol whose rdma-core fallback does nothing (freeing what the
+/// failing allocator never handed out).
+#[no_mangle]
+pub extern "C" fn sv_stub_void() {}
 
 macro_rules! cstr {
     ($s:expr) => {
@@ -66,6 +79,30 @@ pub extern "C" fn sv_ibv_event_type_str(event: u32) -> *const c_char {
         17 => cstr!("client reregistration"),
         18 => cstr!("GID table change"),
         19 => cstr!("WQ fatal"),
+        20 => cstr!("Device link speed change"),
+        _ => cstr!("unknown"),
+    }
+}
+
+/// `ibv_wr_opcode_str` (IBVERBS_PRIVATE_34 since rdma-core 49, and every later private
+/// node): the WR opcode's name; "unknown" for values `enum ibv_wr_opcode` does not name.
+#[no_mangle]
+pub extern "C" fn sv_ibv_wr_opcode_str(opcode: u32) -> *const c_char {
+    match opcode {
+        0 => cstr!("rdma-write"),
+        1 => cstr!("rdma-write-with-imm"),
+        2 => cstr!("send"),
+        3 => cstr!("send-with-imm"),
+        4 => cstr!("rdma-read"),
+        5 => cstr!("atomic-cmp-and-swp"),
+        6 => cstr!("atomic-fetch-and-add"),
+        7 => cstr!("local-inv"),
+        8 => cstr!("bind-mw"),
+        9 => cstr!("send-with-inv"),
+        10 => cstr!("tso"),
+        11 => cstr!("driver1"),
+        14 => cstr!("flush"),
+        15 => cstr!("atomic-write"),
         _ => cstr!("unknown"),
     }
 }

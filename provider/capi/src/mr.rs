@@ -19,7 +19,12 @@ struct SvMr {
     access: u32,
 }
 
-unsafe fn register_mr(
+/// Registers `[addr, addr + length)` of the application's memory (`iova` must be `addr`:
+/// the emulator addresses remote accesses by virtual address).
+///
+/// # Safety
+/// `pd` is NULL or a pointer C handed us (checked against the live table).
+pub(crate) unsafe fn register_mr(
     pd: *mut IbvPd,
     addr: *mut c_void,
     length: usize,

@@ -3,7 +3,7 @@
 use std::ffi::c_void;
 
 use parking_lot::Mutex;
-use softverbs_api::{QpAttrMask, QpInitAttr};
+use softverbs_api::{QpAttrMask, QpCap, QpInitAttr};
 
 use crate::abi::*;
 use crate::convert;
@@ -54,7 +54,7 @@ unsafe fn create(a: CreateArgs) -> *mut IbvQp {
             send_cq: (*a.send_cq).handle,
             recv_cq: (*a.recv_cq).handle,
             srq,
-            cap: convert::cap(&*a.cap),
+            cap: QpCap::from(&*a.cap),
             sq_sig_all: a.sq_sig_all,
         }
     };
@@ -64,7 +64,7 @@ unsafe fn create(a: CreateArgs) -> *mut IbvQp {
     };
     // rdma-core reports the granted capacities back in the caller's attributes.
     // SAFETY: as above.
-    unsafe { *a.cap = convert::cap_raw(&granted) };
+    unsafe { *a.cap = IbvQpCap::from(&granted) };
     // SAFETY: pd is live.
     let context = unsafe { (*a.pd).context };
     let sv = Box::new(SvQp {
@@ -224,7 +224,7 @@ pub unsafe extern "C" fn sv_ibv_query_qp(
         (*init_attr).send_cq = (*qp).send_cq;
         (*init_attr).recv_cq = (*qp).recv_cq;
         (*init_attr).srq = (*qp).srq;
-        (*init_attr).cap = convert::cap_raw(&init.cap);
+        (*init_attr).cap = IbvQpCap::from(&init.cap);
         (*init_attr).qp_type = init.qp_type.to_raw();
         (*init_attr).sq_sig_all = init.sq_sig_all as i32;
         (*qp).state = a.qp_state.to_raw();

@@ -8,35 +8,19 @@ use softverbs_api::{SrqAttr, SrqAttrMask};
 use crate::abi::*;
 use crate::handle::{fail_null, is_live, live_pd, register, unregister, Kind, SvContext};
 
-fn attr(a: &IbvSrqAttr) -> SrqAttr {
-    SrqAttr {
-        max_wr: a.max_wr,
-        max_sge: a.max_sge,
-        srq_limit: a.srq_limit,
-    }
-}
-
-fn attr_raw(a: &SrqAttr) -> IbvSrqAttr {
-    IbvSrqAttr {
-        max_wr: a.max_wr,
-        max_sge: a.max_sge,
-        srq_limit: a.srq_limit,
-    }
-}
-
 unsafe fn create(pd: *mut IbvPd, srq_context: *mut c_void, a: *mut IbvSrqAttr) -> *mut IbvSrq {
     // SAFETY: checked live.
     let Some((ctx, pd_id)) = (unsafe { live_pd(pd) }) else {
         return fail_null(libc::EINVAL);
     };
     // SAFETY: a points into the application's (non-NULL) init attributes.
-    let requested = attr(unsafe { &*a });
+    let requested = SrqAttr::from(unsafe { &*a });
     let (id, granted) = match ctx.backend().create_srq(pd_id, &requested) {
         Ok(v) => v,
         Err(e) => return fail_null(e.errno()),
     };
     // SAFETY: as above; rdma-core reports the granted sizes back.
-    unsafe { *a = attr_raw(&granted) };
+    unsafe { *a = IbvSrqAttr::from(&granted) };
     let srq = Box::into_raw(Box::new(IbvSrq {
         // SAFETY: pd is live.
         context: unsafe { (*pd).context },
@@ -112,7 +96,7 @@ pub unsafe extern "C" fn sv_ibv_modify_srq(srq: *mut IbvSrq, a: *mut IbvSrqAttr,
     // SAFETY: non-NULL attributes.
     match ctx
         .backend()
-        .modify_srq(id, &attr(unsafe { &*a }), SrqAttrMask(mask as u32))
+        .modify_srq(id, &SrqAttr::from(unsafe { &*a }), SrqAttrMask(mask as u32))
     {
         Ok(()) => 0,
         Err(e) => e.errno(),
@@ -132,7 +116,7 @@ pub unsafe extern "C" fn sv_ibv_query_srq(srq: *mut IbvSrq, a: *mut IbvSrqAttr) 
     match ctx.backend().query_srq(id) {
         Ok(q) => {
             // SAFETY: non-NULL, writable.
-            unsafe { a.write(attr_raw(&q)) };
+            unsafe { a.write(IbvSrqAttr::from(&q)) };
             0
         }
         Err(e) => e.errno(),

@@ -1,6 +1,7 @@
 //! The symbol test: every symbol@version of rdma-core 44's libibverbs is exported by the
 //! drop-in with the same default / compat binding (from the committed list, and from the
-//! system's libibverbs.so.1 when it is installed).
+//! system's libibverbs.so.1 when it is installed), and so is every one of the nodes newer
+//! releases added (symbols/libibverbs-newer.symbols).
 
 mod common;
 
@@ -30,8 +31,7 @@ fn exported(lib: &Path) -> Option<BTreeSet<(String, String, bool)>> {
     Some(set)
 }
 
-fn committed_list() -> BTreeSet<(String, String, bool)> {
-    let text = include_str!("../symbols/libibverbs-44.symbols");
+fn committed_list(text: &str) -> BTreeSet<(String, String, bool)> {
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|l| {
@@ -50,7 +50,7 @@ fn every_rdma_core_44_symbol_version_is_exported() {
             return;
         }
     };
-    let want = committed_list();
+    let want = committed_list(include_str!("../symbols/libibverbs-44.symbols"));
     assert_eq!(want.len(), 180, "the committed list of rdma-core 44");
     let missing: Vec<_> = want.difference(&ours).collect();
     assert!(missing.is_empty(), "not exported: {missing:?}");
@@ -79,4 +79,56 @@ fn the_library_is_named_libibverbs_so_1() {
     };
     let t = String::from_utf8_lossy(&out.stdout);
     assert!(t.contains("Library soname: [libibverbs.so.1]"), "{t}");
+}
+
+#[test]
+fn every_symbol_version_of_newer_releases_is_exported() {
+    let lib = common::built_library();
+    let Some(ours) = exported(&lib) else {
+        eprintln!("SKIPPED: objdump is not installed (apt-get install binutils)");
+        return;
+    };
+    let want = committed_list(include_str!("../symbols/libibverbs-newer.symbols"));
+    assert_eq!(want.len(), 344, "the committed list of releases 45 ... 65");
+    let missing: Vec<_> = want.difference(&ours).collect();
+    assert!(missing.is_empty(), "not exported: {missing:?}");
+    // The private node of each release is complete: its versioned driver entry point
+    // (verbs_register_driver_<n>) and what programs import from it.
+    for n in [34, 57, 59, 64, 65] {
+        let node = format!("IBVERBS_PRIVATE_{n}");
+        for name in [
+            format!("verbs_register_driver_{n}"),
+            "ibv_query_gid_type".into(),
+        ] {
+            assert!(
+                ours.iter().any(|(s, v, _)| *s == name && *v == node),
+                "{name}@{node} missing"
+            );
+        }
+    }
+    // The nodes themselves are defined (the loader checks a program's required versions
+    // against these definitions before anything else).
+    let out = Command::new("objdump")
+        .arg("-p")
+        .arg(&lib)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let defined: BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .filter(|v| v.starts_with("IBVERBS_"))
+        .collect();
+    for node in [
+        "IBVERBS_1.15",
+        "IBVERBS_1.16",
+        "IBVERBS_1.17",
+        "IBVERBS_1.18",
+        "IBVERBS_PRIVATE_57",
+        "IBVERBS_PRIVATE_59",
+        "IBVERBS_PRIVATE_64",
+        "IBVERBS_PRIVATE_65",
+    ] {
+        assert!(defined.contains(node), "{node} is not defined: {defined:?}");
+    }
 }

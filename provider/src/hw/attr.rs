@@ -1,17 +1,17 @@
 //! Attribute structs of the hardware backend: device, port, QP, SRQ and address-handle
-//! attributes between the contract types and their `verbs.h` forms.
+//! attributes between the contract types and their `verbs.h` forms. The QP, AH and SRQ
+//! structures convert through softverbs-api's C layouts, which the drop-in libibverbs.so.1
+//! uses too (`ffi::layout` turns them into rdma-sys's types).
 
 use rdma_sys::{
-    ibv_ah_attr, ibv_device_attr, ibv_gid, ibv_global_route, ibv_port_attr, ibv_qp_attr,
-    ibv_qp_cap, ibv_srq_attr,
+    ibv_ah_attr, ibv_device_attr, ibv_port_attr, ibv_qp_attr, ibv_qp_cap, ibv_srq_attr,
 };
 use softverbs_api::{
-    AccessFlags, AhAttr, DeviceAttr, Gid, PortAttr, QpAttr, QpAttrMask, QpCap, SrqAttr, VerbsError,
-    VerbsResult,
+    AhAttr, DeviceAttr, PortAttr, QpAttr, QpAttrMask, QpCap, SrqAttr, VerbsError, VerbsResult,
 };
 
 use super::convert;
-use super::ffi::gid_bytes;
+use super::ffi::layout;
 
 /// The attribute mask of `ibv_query_qp`: every attribute the contract's [`QpAttr`] holds.
 pub(crate) const QUERY_MASK: i32 = (1 << 21) - 1;
@@ -74,140 +74,54 @@ pub(crate) fn port_attr(a: &ibv_port_attr) -> PortAttr {
 
 /// Contract capacities to `ibv_qp_cap`.
 pub(crate) fn cap_to_c(c: &QpCap) -> ibv_qp_cap {
-    ibv_qp_cap {
-        max_send_wr: c.max_send_wr,
-        max_recv_wr: c.max_recv_wr,
-        max_send_sge: c.max_send_sge,
-        max_recv_sge: c.max_recv_sge,
-        max_inline_data: c.max_inline_data,
-    }
+    layout::qp_cap_to_sys(c.into())
 }
 
 /// `ibv_qp_cap` to the contract's.
 pub(crate) fn cap_from_c(c: &ibv_qp_cap) -> QpCap {
-    QpCap {
-        max_send_wr: c.max_send_wr,
-        max_recv_wr: c.max_recv_wr,
-        max_send_sge: c.max_send_sge,
-        max_recv_sge: c.max_recv_sge,
-        max_inline_data: c.max_inline_data,
-    }
+    (&layout::qp_cap_from_sys(*c)).into()
 }
 
-/// A contract AH to `ibv_ah_attr`: always global (RoCE needs the GRH), from GID index
-/// `sgid_index`. A UDP port other than 4791 exists only between emulators: EINVAL here.
-pub(crate) fn ah_attr_to_c(a: &AhAttr) -> VerbsResult<ibv_ah_attr> {
-    if let Some(port) = a.udp_dport.filter(|&p| p != 4791) {
-        return Err(VerbsError::inval(format!(
+/// A UDP port other than 4791 exists only between emulators: EINVAL here.
+fn check_udp_port(a: &AhAttr) -> VerbsResult<()> {
+    match a.udp_dport.filter(|&p| p != 4791) {
+        Some(port) => Err(VerbsError::inval(format!(
             "UDP port {port}: a hardware device sends RoCEv2 to port 4791 only"
-        )));
+        ))),
+        None => Ok(()),
     }
-    Ok(ibv_ah_attr {
-        grh: ibv_global_route {
-            dgid: ibv_gid { raw: a.dgid.0 },
-            flow_label: a.flow_label,
-            sgid_index: a.sgid_index,
-            hop_limit: a.hop_limit,
-            traffic_class: a.traffic_class,
-        },
-        dlid: 0,
-        sl: a.sl,
-        src_path_bits: 0,
-        static_rate: 0,
-        is_global: 1,
-        port_num: a.port_num,
-    })
 }
 
-fn ah_attr_from_c(a: &ibv_ah_attr) -> AhAttr {
-    AhAttr {
-        dgid: Gid(gid_bytes(&a.grh.dgid)),
-        sgid_index: a.grh.sgid_index,
-        hop_limit: a.grh.hop_limit,
-        traffic_class: a.grh.traffic_class,
-        flow_label: a.grh.flow_label,
-        sl: a.sl,
-        port_num: a.port_num,
-        udp_dport: None,
-    }
+/// A contract AH to `ibv_ah_attr`: always global (RoCE needs the GRH).
+pub(crate) fn ah_attr_to_c(a: &AhAttr) -> VerbsResult<ibv_ah_attr> {
+    check_udp_port(a)?;
+    Ok(layout::ah_attr_to_sys(a.into()))
 }
 
 /// A contract modify to `ibv_qp_attr`; only the fields in `mask` matter to libibverbs.
 pub(crate) fn qp_attr_to_c(a: &QpAttr, mask: QpAttrMask) -> VerbsResult<ibv_qp_attr> {
-    let ah_attr = if mask.contains(QpAttrMask::AV) {
-        ah_attr_to_c(&a.ah_attr)?
-    } else {
-        ah_attr_to_c(&AhAttr::default())?
-    };
-    Ok(ibv_qp_attr {
-        qp_state: convert::qp_state_raw(a.qp_state),
-        cur_qp_state: convert::qp_state_raw(a.cur_qp_state),
-        path_mtu: a.path_mtu as u32,
-        path_mig_state: 0,
-        qkey: a.qkey,
-        rq_psn: a.rq_psn,
-        sq_psn: a.sq_psn,
-        dest_qp_num: a.dest_qp_num,
-        qp_access_flags: a.qp_access_flags.bits(),
-        cap: cap_to_c(&a.cap),
-        ah_attr,
-        alt_ah_attr: ah_attr_to_c(&AhAttr::default())?,
-        pkey_index: a.pkey_index,
-        alt_pkey_index: 0,
-        en_sqd_async_notify: 0,
-        sq_draining: 0,
-        max_rd_atomic: a.max_rd_atomic,
-        max_dest_rd_atomic: a.max_dest_rd_atomic,
-        min_rnr_timer: a.min_rnr_timer,
-        port_num: a.port_num,
-        timeout: a.timeout,
-        retry_cnt: a.retry_cnt,
-        rnr_retry: a.rnr_retry,
-        alt_port_num: 0,
-        alt_timeout: 0,
-        rate_limit: 0,
-    })
+    if mask.contains(QpAttrMask::AV) {
+        check_udp_port(&a.ah_attr)?;
+    }
+    Ok(layout::qp_attr_to_sys(a.into()))
 }
 
-/// A queried `ibv_qp_attr` to the contract's.
-pub(crate) fn qp_attr_from_c(a: &ibv_qp_attr) -> QpAttr {
-    QpAttr {
-        qp_state: convert::qp_state(a.qp_state),
-        cur_qp_state: convert::qp_state(a.cur_qp_state),
-        path_mtu: convert::mtu(a.path_mtu),
-        rq_psn: a.rq_psn,
-        sq_psn: a.sq_psn,
-        dest_qp_num: a.dest_qp_num,
-        qp_access_flags: AccessFlags(a.qp_access_flags),
-        cap: cap_from_c(&a.cap),
-        ah_attr: ah_attr_from_c(&a.ah_attr),
-        qkey: a.qkey,
-        pkey_index: a.pkey_index,
-        max_rd_atomic: a.max_rd_atomic,
-        max_dest_rd_atomic: a.max_dest_rd_atomic,
-        min_rnr_timer: a.min_rnr_timer,
-        port_num: a.port_num,
-        timeout: a.timeout,
-        retry_cnt: a.retry_cnt,
-        rnr_retry: a.rnr_retry,
-        sq_draining: a.sq_draining != 0,
-    }
+/// A queried `ibv_qp_attr` (every attribute of [`QUERY_MASK`]) to the contract's.
+pub(crate) fn qp_attr_from_c(a: ibv_qp_attr) -> VerbsResult<QpAttr> {
+    layout::qp_attr_from_sys(a)
+        .to_contract(QpAttrMask(QUERY_MASK as u32))
+        .ok_or_else(|| VerbsError::Io {
+            errno: libc::EIO,
+            message: "ibv_query_qp returned a state or MTU verbs.h does not define".into(),
+        })
 }
 
 /// Contract SRQ attributes to `ibv_srq_attr`.
 pub(crate) fn srq_attr_to_c(a: &SrqAttr) -> ibv_srq_attr {
-    ibv_srq_attr {
-        max_wr: a.max_wr,
-        max_sge: a.max_sge,
-        srq_limit: a.srq_limit,
-    }
+    layout::srq_attr_to_sys(a.into())
 }
 
 /// `ibv_srq_attr` to the contract's.
 pub(crate) fn srq_attr_from_c(a: &ibv_srq_attr) -> SrqAttr {
-    SrqAttr {
-        max_wr: a.max_wr,
-        max_sge: a.max_sge,
-        srq_limit: a.srq_limit,
-    }
+    (&layout::srq_attr_from_sys(*a)).into()
 }

@@ -6,26 +6,26 @@
 //! only when no call holds it (`Arc::try_unwrap`), so an object is never destroyed while a
 //! verb uses it (a destroy racing a verb is EBUSY, which the safe handles never cause).
 
-use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use softverbs_api::backend::MrKeys;
 use softverbs_api::{
-    AccessFlags, AhAttr, AsyncElement, AsyncEvent, DeviceAttr, GidEntry, MwBind, MwType, PortAttr,
-    PostError, QpAttr, QpAttrMask, QpCap, QpInitAttr, RecvWr, SendWr, SrqAttr, SrqAttrMask,
-    VerbsContext, VerbsError, VerbsResult, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, AsyncEvent, DeviceAttr, GidEntry, MwBind, MwType, PortAttr, PostError,
+    QpAttr, QpAttrMask, QpCap, QpInitAttr, RecvWr, SendWr, SrqAttr, SrqAttrMask, VerbsContext,
+    VerbsError, VerbsResult, WorkCompletion, WrOpcode,
 };
 
 use super::convert::{self, error};
-use super::ffi::{
-    self, RawAh, RawChannel, RawContext, RawCq, RawElement, RawMr, RawMw, RawPd, RawQp, RawSrq,
-    RecvDesc,
-};
+use super::ffi::post::{BindDesc, RecvDesc};
+use super::ffi::{self, RawAh, RawChannel, RawContext, RawCq, RawMr, RawMw, RawPd, RawQp, RawSrq};
+use super::table::{inval, not_found, Table};
 use super::{attr, gid, wr};
+
+mod events;
 
 /// A CQ and its completion events handed out and not yet acknowledged (libibverbs would
 /// block in `ibv_destroy_cq` until they are; the contract says EBUSY instead).
@@ -38,63 +38,6 @@ pub(crate) struct CqEntry {
 pub(crate) struct QpEntry {
     pub(crate) raw: RawQp,
     init: QpInitAttr,
-}
-
-/// One table of objects of one kind, by contract id.
-struct Table<T> {
-    map: Mutex<HashMap<u32, Arc<T>>>,
-    what: &'static str,
-}
-
-impl<T> Table<T> {
-    fn new(what: &'static str) -> Self {
-        Table {
-            map: Mutex::new(HashMap::new()),
-            what,
-        }
-    }
-
-    fn insert(&self, id: u32, obj: T) {
-        self.map.lock().insert(id, Arc::new(obj));
-    }
-
-    /// The object `id`, or `missing` (the error the emulator gives for an unknown id).
-    fn get(&self, id: u32, missing: fn(String) -> VerbsError) -> VerbsResult<Arc<T>> {
-        self.map
-            .lock()
-            .get(&id)
-            .cloned()
-            .ok_or_else(|| missing(format!("no {} {id:#x}", self.what)))
-    }
-
-    /// Destroys object `id` with `destroy` when no verb holds it; on failure it stays.
-    fn remove_with(
-        &self,
-        id: u32,
-        missing: fn(String) -> VerbsError,
-        destroy: impl FnOnce(T) -> Result<(), (T, ffi::Errno)>,
-    ) -> VerbsResult<()> {
-        let mut map = self.map.lock();
-        let arc = map
-            .remove(&id)
-            .ok_or_else(|| missing(format!("no {} {id:#x}", self.what)))?;
-        let obj = match Arc::try_unwrap(arc) {
-            Ok(obj) => obj,
-            Err(arc) => {
-                map.insert(id, arc);
-                return Err(VerbsError::Busy(format!("{} {id:#x} is in use", self.what)));
-            }
-        };
-        destroy(obj).map_err(|(obj, e)| {
-            map.insert(id, Arc::new(obj));
-            error(e, &format!("destroying {} {id:#x}", self.what))
-        })
-    }
-
-    /// Every object, for teardown.
-    fn drain(&self) -> Vec<Arc<T>> {
-        self.map.lock().drain().map(|(_, v)| v).collect()
-    }
 }
 
 /// An open rdma-core device.
@@ -112,14 +55,6 @@ pub struct HwContext {
     srqs: Table<RawSrq>,
     ahs: Table<RawAh>,
     mws: Table<RawMw>,
-}
-
-fn inval(msg: String) -> VerbsError {
-    VerbsError::InvalidArgument(msg)
-}
-
-fn not_found(msg: String) -> VerbsError {
-    VerbsError::NotFound(msg)
 }
 
 impl HwContext {
@@ -319,7 +254,7 @@ impl VerbsContext for HwContext {
         let c = self.cqs.get(cq, inval)?;
         let wcs = c.raw.poll(out.len()).map_err(|e| error(e, "ibv_poll_cq"))?;
         for (slot, w) in out.iter_mut().zip(&wcs) {
-            *slot = wr::work_completion(w);
+            *slot = WorkCompletion::from(w);
         }
         Ok(wcs.len())
     }
@@ -371,7 +306,7 @@ impl VerbsContext for HwContext {
             .raw
             .query(attr::QUERY_MASK)
             .map_err(|e| error(e, "ibv_query_qp"))?;
-        Ok((attr::qp_attr_from_c(&c), qp.init))
+        Ok((attr::qp_attr_from_c(c)?, qp.init))
     }
 
     fn destroy_qp(&self, qpn: u32) -> VerbsResult<()> {
@@ -490,7 +425,7 @@ impl VerbsContext for HwContext {
         let w = self.mws.get(mw, inval)?;
         let info = &bind.bind_info;
         let mr = self.mr_opt(info.mr_lkey, info.length)?;
-        let desc = ffi::BindDesc {
+        let desc = BindDesc {
             mr: mr.as_deref(),
             addr: info.addr,
             length: info.length,
@@ -529,85 +464,19 @@ impl VerbsContext for HwContext {
     }
 
     fn get_cq_event(&self, channel: u32, timeout: Option<Duration>) -> VerbsResult<Option<u32>> {
-        let ch = self.channels.get(channel, inval)?;
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        loop {
-            if let Some(id) = ch
-                .take_cq_event()
-                .map_err(|e| error(e, "ibv_get_cq_event"))?
-            {
-                if let Ok(cq) = self.cqs.get(id, inval) {
-                    *cq.unacked.lock() += 1;
-                }
-                return Ok(Some(id));
-            }
-            let left = match (timeout, deadline) {
-                (Some(t), _) if t.is_zero() => return Ok(None),
-                (None, _) | (Some(_), None) => None,
-                (Some(_), Some(d)) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Ok(None);
-                    }
-                    Some(left)
-                }
-            };
-            // Another waiter may take the event between readiness and the read: loop.
-            ffi::wait_readable(ch.fd(), left).map_err(|e| error(e, "poll"))?;
-        }
+        self.wait_cq_event(channel, timeout)
     }
 
     fn ack_cq_events(&self, cq: u32, count: u32) -> VerbsResult<()> {
-        let c = self.cqs.get(cq, inval)?;
-        let mut unacked = c.unacked.lock();
-        if count > *unacked {
-            return Err(VerbsError::inval(format!(
-                "acknowledging {count} events of CQ {cq:#x}, {} outstanding",
-                *unacked
-            )));
-        }
-        c.raw.ack_events(count);
-        *unacked -= count;
-        Ok(())
+        self.ack_cq(cq, count)
+    }
+
+    fn get_async_event(&self, timeout: Option<Duration>) -> VerbsResult<Option<AsyncEvent>> {
+        self.wait_async_event(timeout)
     }
 
     fn async_event_fd(&self) -> VerbsResult<RawFd> {
         Ok(self.ctx.async_fd())
-    }
-
-    fn get_async_event(&self, timeout: Option<Duration>) -> VerbsResult<Option<AsyncEvent>> {
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        loop {
-            while let Some(ev) = self
-                .ctx
-                .take_async_event()
-                .map_err(|e| error(e, "ibv_get_async_event"))?
-            {
-                // Event types the contract lacks (e.g. WQ events) are dropped.
-                if let Some(kind) = convert::async_kind(ev.event_type) {
-                    let element = match ev.element {
-                        RawElement::Cq(id) => AsyncElement::Cq(id),
-                        RawElement::Qp(n) => AsyncElement::Qp(n),
-                        RawElement::Srq(id) => AsyncElement::Srq(id),
-                        RawElement::Port(p) => AsyncElement::Port(p),
-                        RawElement::Device => AsyncElement::Device,
-                    };
-                    return Ok(Some(AsyncEvent { kind, element }));
-                }
-            }
-            let left = match (timeout, deadline) {
-                (Some(t), _) if t.is_zero() => return Ok(None),
-                (None, _) | (Some(_), None) => None,
-                (Some(_), Some(d)) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Ok(None);
-                    }
-                    Some(left)
-                }
-            };
-            ffi::wait_readable(self.ctx.async_fd(), left).map_err(|e| error(e, "poll"))?;
-        }
     }
 
     fn ack_async_event(&self, _event: &AsyncEvent) -> VerbsResult<()> {

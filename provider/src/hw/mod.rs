@@ -10,6 +10,7 @@ mod context;
 mod convert;
 mod ffi;
 mod gid;
+mod table;
 mod wr;
 
 pub use context::HwContext;

@@ -4,12 +4,10 @@
 use std::sync::Arc;
 
 use rdma_sys::ibv_sge;
-use softverbs_api::{
-    SendWr, Sge, VerbsError, VerbsResult, WcFlags, WcOpcode, WorkCompletion, WrOpcode,
-};
+use softverbs_api::{SendWr, Sge, VerbsError, VerbsResult, WrOpcode};
 
-use super::convert;
-use super::ffi::{BindDesc, RawAh, RawMr, RawMw, RawWc, SendDesc, SendKind};
+use super::ffi::post::{BindDesc, SendDesc, SendKind};
+use super::ffi::{RawAh, RawMr, RawMw};
 
 /// The objects a send WR names, held for the duration of its post.
 pub(crate) enum Held {
@@ -98,36 +96,5 @@ pub(crate) fn send_desc<'a>(w: &SendWr, held: &'a Held) -> SendDesc<'a> {
         send_flags: w.send_flags.bits(),
         imm_or_inv,
         kind,
-    }
-}
-
-/// The contract completion of an `ibv_wc`.
-pub(crate) fn work_completion(w: &RawWc) -> WorkCompletion {
-    let wc_flags = convert::wc_flags(w.wc_flags);
-    WorkCompletion {
-        wr_id: w.wr_id,
-        status: convert::wc_status(w.status),
-        // verbs.h leaves the opcode undefined on error completions; SEND stands in for an
-        // unknown value.
-        opcode: convert::wc_opcode(w.opcode).unwrap_or(WcOpcode::Send),
-        vendor_err: w.vendor_err,
-        byte_len: w.byte_len,
-        imm_data: if wc_flags.contains(WcFlags::WITH_IMM) {
-            u32::from_be(w.imm_or_inv)
-        } else {
-            0
-        },
-        invalidated_rkey: if wc_flags.contains(WcFlags::WITH_INV) {
-            w.imm_or_inv
-        } else {
-            0
-        },
-        qp_num: w.qp_num,
-        src_qp: w.src_qp,
-        wc_flags,
-        pkey_index: w.pkey_index,
-        slid: w.slid,
-        sl: w.sl,
-        dlid_path_bits: w.dlid_path_bits,
     }
 }

@@ -6,10 +6,11 @@ use std::os::raw::c_char;
 use super::objects::{IbvCompChannel, IbvCq, IbvMr, IbvPd, IbvSrq};
 use super::Opaque;
 
-/// `union ibv_gid`: 16 bytes, aligned as the two `__be64` of its `global` view.
-#[repr(C, align(8))]
-#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
-pub struct IbvGid(pub [u8; 16]);
+// The attribute structures the hardware backend shares (softverbs-api holds them, so that
+// both C-facing layers convert through one definition; the layout test checks them here).
+pub use softverbs_api::c_layout::{
+    IbvAhAttr, IbvGid, IbvGlobalRoute, IbvQpAttr, IbvQpCap, IbvSrqAttr,
+};
 
 /// `struct ibv_device_attr`.
 #[repr(C)]
@@ -114,17 +115,6 @@ pub struct IbvAsyncEvent {
     pub event_type: u32,
 }
 
-/// `struct ibv_qp_cap`.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub struct IbvQpCap {
-    pub max_send_wr: u32,
-    pub max_recv_wr: u32,
-    pub max_send_sge: u32,
-    pub max_recv_sge: u32,
-    pub max_inline_data: u32,
-}
-
 /// `struct ibv_qp_init_attr`.
 #[repr(C)]
 pub struct IbvQpInitAttr {
@@ -165,71 +155,6 @@ pub struct IbvQpInitAttrEx {
     pub rx_hash_conf: IbvRxHashConf,
     pub source_qpn: u32,
     pub send_ops_flags: u64,
-}
-
-/// `struct ibv_global_route`.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub struct IbvGlobalRoute {
-    pub dgid: IbvGid,
-    pub flow_label: u32,
-    pub sgid_index: u8,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-}
-
-/// `struct ibv_ah_attr`.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub struct IbvAhAttr {
-    pub grh: IbvGlobalRoute,
-    pub dlid: u16,
-    pub sl: u8,
-    pub src_path_bits: u8,
-    pub static_rate: u8,
-    pub is_global: u8,
-    pub port_num: u8,
-}
-
-/// `struct ibv_qp_attr`.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub struct IbvQpAttr {
-    pub qp_state: u32,
-    pub cur_qp_state: u32,
-    pub path_mtu: u32,
-    pub path_mig_state: u32,
-    pub qkey: u32,
-    pub rq_psn: u32,
-    pub sq_psn: u32,
-    pub dest_qp_num: u32,
-    pub qp_access_flags: u32,
-    pub cap: IbvQpCap,
-    pub ah_attr: IbvAhAttr,
-    pub alt_ah_attr: IbvAhAttr,
-    pub pkey_index: u16,
-    pub alt_pkey_index: u16,
-    pub en_sqd_async_notify: u8,
-    pub sq_draining: u8,
-    pub max_rd_atomic: u8,
-    pub max_dest_rd_atomic: u8,
-    pub min_rnr_timer: u8,
-    pub port_num: u8,
-    pub timeout: u8,
-    pub retry_cnt: u8,
-    pub rnr_retry: u8,
-    pub alt_port_num: u8,
-    pub alt_timeout: u8,
-    pub rate_limit: u32,
-}
-
-/// `struct ibv_srq_attr`.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub struct IbvSrqAttr {
-    pub max_wr: u32,
-    pub max_sge: u32,
-    pub srq_limit: u32,
 }
 
 /// `struct ibv_srq_init_attr`.
@@ -281,4 +206,22 @@ pub struct IbvMwBind {
     pub wr_id: u64,
     pub send_flags: u32,
     pub bind_info: IbvMwBindInfo,
+}
+
+/// `struct ibv_mr_init_attr` (rdma-core 59 onward, `buf` since 64): the extensible argument
+/// of `ibv_reg_mr_ex`. Not in Debian's 44 headers, so the layout test cannot see it; its
+/// offsets follow the C rules for these field types (checked in `layout_test` by number and
+/// by the newer-ABI C test, which declares it as newer verbs.h does).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IbvMrInitAttr {
+    pub length: usize,
+    pub access: i32,
+    pub comp_mask: u64,
+    pub iova: u64,
+    pub addr: *mut c_void,
+    pub fd: i32,
+    pub fd_offset: u64,
+    pub dmah: *mut c_void,
+    pub buf: *mut c_void,
 }

@@ -100,22 +100,5 @@ pub struct IbvRecvWr {
     pub num_sge: i32,
 }
 
-/// `struct ibv_wc`.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub struct IbvWc {
-    pub wr_id: u64,
-    pub status: u32,
-    pub opcode: u32,
-    pub vendor_err: u32,
-    pub byte_len: u32,
-    /// `imm_data` (big-endian) or `invalidated_rkey`.
-    pub imm_data_or_invalidated_rkey: u32,
-    pub qp_num: u32,
-    pub src_qp: u32,
-    pub wc_flags: u32,
-    pub pkey_index: u16,
-    pub slid: u16,
-    pub sl: u8,
-    pub dlid_path_bits: u8,
-}
+/// `struct ibv_wc` (shared with the `hw` backend, which reads rdma-core's through it).
+pub use softverbs_api::c_layout::IbvWc;
