@@ -14,8 +14,8 @@ use super::lab_env::LabEnv;
 use super::plan::{Case, CaseKind};
 use super::qmp;
 use super::results::Verdict;
+use super::scenario::{Direction, Transport, Verb};
 use super::trim::{self, MIDDLES_KEPT};
-use super::verb_cases::{Direction, Transport, Verb};
 
 use Direction::{RxeToSoftverbs as RxeReq, SoftverbsToRxe as SvReq};
 

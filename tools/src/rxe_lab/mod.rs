@@ -6,6 +6,7 @@
 mod capture_set;
 mod dropin_cases;
 mod error_cases;
+mod guest_pair;
 mod guest_peer;
 mod ibv_wc;
 mod inv_cases;
@@ -17,6 +18,7 @@ mod pingpong_cases;
 mod plan;
 mod qmp;
 mod results;
+mod scenario;
 mod srq_cases;
 mod trim;
 mod ud_cases;
@@ -32,7 +34,7 @@ use softverbs::{register_device, DeviceConfig, LinkConfig};
 use lab_env::LabEnv;
 use plan::{Case, CaseKind};
 use results::{Row, Verdict};
-use verb_cases::Direction;
+use scenario::Direction;
 
 /// Exit code of `run` when no lab is usable (the scenarios were skipped, not passed).
 pub const EXIT_SKIPPED: u8 = 77;

@@ -11,7 +11,7 @@ use super::error_cases::ErrorCase;
 use super::perf_cases::{self, PerfTest};
 use super::perftest_cases::PerftestBw;
 use super::pingpong_cases;
-use super::verb_cases::{Direction, Transport, Verb};
+use super::scenario::{Direction, Transport, Verb};
 
 /// One scenario to run.
 pub struct Case {
