@@ -4,6 +4,8 @@
 //! the lab link in this process.
 
 mod capture_set;
+mod cm_cases;
+mod cm_peers;
 mod dropin_cases;
 mod error_cases;
 mod guest_pair;
@@ -389,6 +391,7 @@ fn run_case(
                 perf_cases::run(env, LAB_DEVICE, kind, case.direction, case.mtu)
             }
             CaseKind::DropIn => dropin_cases::run(env, LAB_DEVICE, case.direction, case.mtu),
+            CaseKind::Cm(cm) => cm_cases::run(env, LAB_DEVICE, cm, case.direction),
             CaseKind::Pingpong(kind, size) => {
                 pingpong_cases::run(env, LAB_DEVICE, kind, case.direction, case.mtu, size)
             }
