@@ -21,7 +21,7 @@ use crate::engine::EmuContext;
 use crate::memory::RdmaBuffer;
 use crate::net::channel::{ChannelLink, ChannelNetwork};
 use crate::net::Link;
-use crate::wire::cm::PortSpace;
+use crate::wire::cm::{rej_reason, PortSpace};
 
 struct ToChannel(Sender<CmEvent>);
 
@@ -309,4 +309,50 @@ fn a_qp_move_that_fails_is_a_connect_error_here_and_a_reject_there() {
         listen_rx.recv_timeout(Duration::from_millis(100)).is_err(),
         "one event only"
     );
+}
+
+#[test]
+fn a_qp_move_that_fails_after_the_rep_rejects_the_rep_as_the_kernel_does() {
+    let net = ChannelNetwork::new();
+    let server_ip = IpAddr::V4(Ipv4Addr::new(10, 78, 3, 1));
+    let client_ip = IpAddr::V4(Ipv4Addr::new(10, 78, 3, 2));
+    let server = device(&net, "cm-svc-rep-err-server", server_ip);
+    let client = device(&net, "cm-svc-rep-err-client", client_ip);
+    let (s_cm, c_cm) = (
+        CmService::for_context(&server).unwrap(),
+        CmService::for_context(&client).unwrap(),
+    );
+    let (listen_sink, listen_rx) = sink();
+    s_cm.listen(PortSpace::Tcp, 7471, listen_sink).unwrap();
+    // A QP number the client does not have: the REQ goes out, the REP's RTR fails.
+    let (c_sink, c_rx) = sink();
+    let params = connect_params(server_ip, 40001, 0x00ab_cdef);
+    c_cm.connect(&params, c_sink).unwrap();
+    let request = listen_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let (_, _, s_qpn) = rc_qp(&server);
+    let accept = AcceptParams {
+        qpn: s_qpn,
+        responder_resources: 1,
+        initiator_depth: 1,
+        rnr_retry_count: 7,
+        srq: false,
+        private_data: Vec::new(),
+    };
+    s_cm.accept(request.id, &accept).unwrap();
+    assert_eq!(next(&c_rx), CmEventKind::ConnectError);
+    // The kernel's cma_rep_recv: REJ "consumer defined" (28) for the REP, no RTU, no DREQ.
+    match next(&listen_rx) {
+        CmEventKind::Rejected(r) => assert_eq!(r.reason, rej_reason::CONSUMER_REJECT),
+        other => panic!("server got {other:?}, expected REJECTED 28"),
+    }
+    assert_eq!(c_cm.counters().qp_modify_failed, 1);
+    assert_eq!(c_cm.counters().cm.rejects_sent, 1);
+    assert_eq!(c_cm.counters().live_connections, 0, "freed at once");
+    assert_eq!(s_cm.counters().live_connections, 0);
+    for rx in [&c_rx, &listen_rx] {
+        assert!(
+            rx.recv_timeout(Duration::from_millis(100)).is_err(),
+            "one event per side"
+        );
+    }
 }
