@@ -40,4 +40,7 @@ pub struct CmCounters {
     pub sidr_created: u64,
     /// SIDR requests freed.
     pub sidr_freed: u64,
+    /// Get/Set requests (ClassPortInfo or any other attribute) answered with GetResp
+    /// "unsupported method/attribute", as the kernel's MAD layer answers them.
+    pub gets_answered: u64,
 }
