@@ -176,13 +176,8 @@ pub fn run(env: &LabEnv, device: &str, case: CmCase, dir: Direction) -> Result<S
                 "ucmatose -s {host} -c {} -C {} -S {}",
                 x.connections, x.count, x.size
             );
-            let h = host.clone();
-            let out = pair(
-                env,
-                move || cm_peers::ucmatose_server(&h, x, REQUEST_WAIT),
-                &cmd,
-                None,
-            )?;
+            let run = move || cm_peers::ucmatose_server(x, REQUEST_WAIT);
+            let out = pair(env, run, &cmd, None)?;
             returned_zero(&out.1, "ucmatose")?;
             Ok(out.0)
         }

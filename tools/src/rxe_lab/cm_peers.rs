@@ -12,10 +12,12 @@
 //! Every completion is checked (status, length, immediate data); a peer that disconnects
 //! first must be seen doing so (DISCONNECTED before our own disconnect).
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use softverbs::cm::{
-    create_ep, getaddrinfo, CmId, ConnParam, EventType, PortSpace, QpOptions, RDMA_UDP_QKEY,
+    create_ep, getaddrinfo, CmId, ConnParam, EventChannel, EventType, PortSpace, QpOptions,
+    RDMA_UDP_QKEY,
 };
 use softverbs::{
     QpCap, RdmaBuffer, SendFlags, SendWr, VerbsError, WcFlags, WcOpcode, WcStatus, WorkCompletion,
@@ -103,11 +105,14 @@ fn expect_len(wc: &WorkCompletion, len: u32, what: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// ucmatose's server side on `addr`: accepts `x.connections`, SENDs first, receives the
-/// replies, then disconnects each connection first.
-pub fn ucmatose_server(addr: &str, x: Exchange, request_wait: Duration) -> Result<String, String> {
-    let info = getaddrinfo(addr, UCMATOSE_PORT, None, true, PortSpace::Tcp).map_err(e)?;
-    let listener = create_ep(&info, None, None).map_err(e)?;
+/// ucmatose's server side, bound to the wildcard address as ucmatose binds without -b:
+/// accepts `x.connections`, SENDs first, receives the replies, then disconnects each
+/// connection first.
+pub fn ucmatose_server(x: Exchange, request_wait: Duration) -> Result<String, String> {
+    let channel = EventChannel::new().map_err(e)?;
+    let listener = CmId::new(&channel, PortSpace::Tcp).map_err(e)?;
+    let any = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), UCMATOSE_PORT);
+    listener.bind_addr(any).map_err(e)?;
     listener.listen(x.connections).map_err(e)?;
     let mut nodes = Vec::new();
     for _ in 0..x.connections {
@@ -150,7 +155,7 @@ pub fn ucmatose_server(addr: &str, x: Exchange, request_wait: Duration) -> Resul
             .map_err(|x| format!("after our disconnect: {x}"))?;
     }
     Ok(format!(
-        "{} connections, {} x {} B each way, softverbs disconnected first",
+        "{} connections to softverbs bound to 0.0.0.0, {} x {} B each way, softverbs disconnected first",
         x.connections, x.count, x.size
     ))
 }
