@@ -63,7 +63,10 @@ fn a_wildcard_listener_takes_requests_of_every_device_and_gives_its_port_back() 
         let cl = client(server, 7600, 3);
         cl.connect(&ConnParam::default()).unwrap();
         let (child, req) = listener.get_request(WAIT).unwrap();
-        assert_eq!(req.listen_id.as_ref().map(|l| l.same(&listener)), Some(true));
+        assert_eq!(
+            req.listen_id.as_ref().map(|l| l.same(&listener)),
+            Some(true)
+        );
         assert_eq!(child.local_addr(), Some(SocketAddr::new(ip(server), 7600)));
         assert_eq!(child.peer_addr().map(|a| a.ip()), Some(ip(3)));
         child.create_qp(None, &QpOptions::default()).unwrap();
