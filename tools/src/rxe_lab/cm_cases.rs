@@ -8,9 +8,7 @@
 //! rping's client, ucmatose's server; so across the cases both softverbs and the kernel
 //! disconnect first, as the active and as the passive side.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
-use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -19,6 +17,7 @@ use softverbs::Context;
 
 use super::cm_peers::{self, Exchange, UCMATOSE_PORT, UDADDY_PORT};
 use super::lab_env::LabEnv;
+use super::line_tap::{tap_lines, wait_for_line};
 use super::scenario::Direction;
 use super::watchdog::Watchdog;
 use crate::rping::{self, RpingArgs};
@@ -299,33 +298,15 @@ impl GuestProgram {
             .spawn()
             .map_err(|e| format!("ssh: {e}"))?;
         let stdout = child.stdout.take().ok_or("no guest stdout")?;
-        let (tx, rx) = mpsc::channel();
-        let output = std::thread::spawn(move || {
-            let mut all = String::new();
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line.clone());
-                all.push_str(&line);
-                all.push('\n');
-            }
-            all
-        });
+        let (rx, output) = tap_lines(stdout);
         let program = GuestProgram {
             child,
             output,
             cmd: cmd.to_string(),
         };
-        if listen.is_some() {
-            let deadline = Instant::now() + LISTEN_WAIT;
-            loop {
-                match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                    Ok(line) if line == LISTENING => break,
-                    Ok(_) => {}
-                    Err(_) => {
-                        let out = program.finish_now();
-                        return Err(format!("`{cmd}` did not listen: {}", tail(&out)));
-                    }
-                }
-            }
+        if listen.is_some() && !wait_for_line(&rx, LISTENING, Instant::now() + LISTEN_WAIT) {
+            let out = program.finish_now();
+            return Err(format!("`{cmd}` did not listen: {}", tail(&out)));
         }
         Ok(program)
     }

@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use softverbs::cm::{
-    create_ep, getaddrinfo, CmId, ConnParam, EventChannel, EventType, PortSpace, QpOptions,
+    create_ep, getaddrinfo, CmId, ConnParam, EventChannel, EventType, Local, PortSpace, QpOptions,
     RDMA_UDP_QKEY,
 };
 use softverbs::{
@@ -77,6 +77,20 @@ impl Node {
         (0..count).try_for_each(|i| self.id.post_recv(u64::from(i), &self.mr, 0, len).map_err(e))
     }
 
+    /// `count` signaled SENDs of the first `len` bytes of the buffer.
+    fn post_sends(&self, count: u32, len: u32) -> Result<(), String> {
+        (0..count).try_for_each(|i| {
+            let data = Local::Mr {
+                mr: &self.mr,
+                offset: 0,
+                len,
+            };
+            self.id
+                .post_send(u64::from(i), data, SendFlags::SIGNALED)
+                .map_err(e)
+        })
+    }
+
     fn recv(&self, what: &str) -> Result<WorkCompletion, String> {
         let wc = self.id.get_recv_comp_timeout(STEP).map_err(e)?;
         ok(&wc, what)?;
@@ -126,16 +140,7 @@ pub fn ucmatose_server(x: Exchange, request_wait: Duration) -> Result<String, St
         nodes.push(node);
     }
     for node in &nodes {
-        (0..x.count).try_for_each(|i| {
-            let data = softverbs::cm::Local::Mr {
-                mr: &node.mr,
-                offset: 0,
-                len: x.size,
-            };
-            node.id
-                .post_send(u64::from(i), data, SendFlags::SIGNALED)
-                .map_err(e)
-        })?;
+        node.post_sends(x.count, x.size)?;
     }
     for node in &nodes {
         (0..x.count).try_for_each(|_| node.send_done("ucmatose server SEND"))?;
@@ -181,16 +186,7 @@ pub fn ucmatose_client(server: &str, source: &str, x: Exchange) -> Result<String
         for _ in 0..x.count {
             expect_len(&node.recv("ucmatose client RECV")?, x.size, "client")?;
         }
-        for i in 0..x.count {
-            let data = softverbs::cm::Local::Mr {
-                mr: &node.mr,
-                offset: 0,
-                len: x.size,
-            };
-            node.id
-                .post_send(u64::from(i), data, SendFlags::SIGNALED)
-                .map_err(e)?;
-        }
+        node.post_sends(x.count, x.size)?;
         (0..x.count).try_for_each(|_| node.send_done("ucmatose client SEND"))?;
     }
     for node in &nodes {

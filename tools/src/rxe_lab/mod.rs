@@ -13,6 +13,7 @@ mod guest_peer;
 mod ibv_wc;
 mod inv_cases;
 mod lab_env;
+mod line_tap;
 mod pattern;
 mod perf_cases;
 mod perftest_cases;
