@@ -43,4 +43,6 @@ pub struct CmCounters {
     /// Get/Set requests (ClassPortInfo or any other attribute) answered with GetResp
     /// "unsupported method/attribute", as the kernel's MAD layer answers them.
     pub gets_answered: u64,
+    /// GetResps received (answers to a Get this side sent); otherwise ignored.
+    pub get_responses_received: u64,
 }

@@ -15,6 +15,7 @@ use super::counters::CmCounters;
 use super::ids::IdGen;
 use super::sidr_state::Sidr;
 use super::types::{CmError, CmEvent, CmEventKind, CmId, CmOutput, QpRequest};
+use crate::wire::cm::mad::method;
 use crate::wire::cm::{CmMad, CmMessage, MadError, PortSpace};
 
 /// The CM of one device.
@@ -138,6 +139,9 @@ impl CmManager {
             CmMessage::Drep(r) => self.on_drep(now_ns, from, &r),
             CmMessage::SidrReq(r) => self.on_sidr_req(now_ns, from, tid, &r),
             CmMessage::SidrRep(r) => self.on_sidr_rep(from, &r),
+            CmMessage::ClassPortInfo(_) if mad.header.method == method::GET_RESP => {
+                self.counters.get_responses_received += 1
+            }
             CmMessage::ClassPortInfo(_) => self.counters.out_of_state += 1,
         }
         Ok(())
@@ -290,7 +294,7 @@ impl CmManager {
 /// it with the request itself, method GetResp and status "unsupported method/attribute"
 /// (0x000c). `None` for anything else (or a MAD of the wrong size, left to the parser).
 fn unsupported_get_response(mad: &[u8]) -> Option<Box<[u8; crate::wire::cm::MAD_LEN]>> {
-    use crate::wire::cm::mad::{method, MAD_BASE_VERSION, MGMT_CLASS_CM};
+    use crate::wire::cm::mad::{MAD_BASE_VERSION, MGMT_CLASS_CM};
     /// IBA 13.4.7: the method/attribute combination is not supported.
     const UNSUPPORTED_METHOD_ATTRIB: u16 = 0x000c;
     let bytes: [u8; crate::wire::cm::MAD_LEN] = mad.try_into().ok()?;
@@ -310,7 +314,7 @@ fn unsupported_get_response(mad: &[u8]) -> Option<Box<[u8; crate::wire::cm::MAD_
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::cm::mad::{method, MGMT_CLASS_CM};
+    use crate::wire::cm::mad::MGMT_CLASS_CM;
 
     fn manager() -> CmManager {
         CmManager::new(CmConfig::new("127.31.0.1".parse().unwrap(), 1, 7))
@@ -354,5 +358,6 @@ mod tests {
         assert!(m.handle_mad(0, peer, &other).is_err());
         assert!(m.poll_output().is_none());
         assert_eq!(m.counters().gets_answered, 2);
+        assert_eq!(m.counters().get_responses_received, 1);
     }
 }

@@ -53,11 +53,14 @@ pub enum CmCase {
     Udaddy(Exchange),
     /// A REQ for a port nobody listens on: REJECTED, reason 8 (invalid service ID).
     Reject,
+    /// A CM ClassPortInfo Get sent to the kernel (softverbs -> rxe only: the kernel's
+    /// rdma_cm never sends one): its answer is what softverbs' CM answers a Get with.
+    ClassPortInfo,
 }
 
 impl CmCase {
     /// Every CM case, in table order.
-    pub const ALL: [CmCase; 7] = [
+    pub const ALL: [CmCase; 8] = [
         CmCase::Rping { count: 1, size: 64 },
         CmCase::Rping {
             count: 10,
@@ -83,6 +86,7 @@ impl CmCase {
             size: 100,
         }),
         CmCase::Reject,
+        CmCase::ClassPortInfo,
     ];
 
     /// Scenario name (the results table, `--only`).
@@ -97,6 +101,15 @@ impl CmCase {
             }
             CmCase::Udaddy(x) => format!("CM udaddy -C {} -S {}", x.count, x.size),
             CmCase::Reject => "CM REJ no listener".to_string(),
+            CmCase::ClassPortInfo => "CM ClassPortInfo Get".to_string(),
+        }
+    }
+
+    /// The roles the case runs in (see the module docs).
+    pub fn directions(self) -> &'static [Direction] {
+        match self {
+            CmCase::ClassPortInfo => &[Direction::SoftverbsToRxe],
+            _ => &Direction::BOTH,
         }
     }
 
@@ -105,7 +118,10 @@ impl CmCase {
     pub fn in_ci(self) -> bool {
         matches!(
             self,
-            CmCase::Rping { count: 10, .. } | CmCase::Udaddy(_) | CmCase::Reject
+            CmCase::Rping { count: 10, .. }
+                | CmCase::Udaddy(_)
+                | CmCase::Reject
+                | CmCase::ClassPortInfo
         ) || matches!(self, CmCase::Ucmatose(x) if x.connections == 4)
     }
 }
@@ -117,6 +133,10 @@ pub fn run(env: &LabEnv, device: &str, case: CmCase, dir: Direction) -> Result<S
     let host = env.host_ip.to_string();
     let guest = env.guest_ip.to_string();
     match (case, dir) {
+        (CmCase::ClassPortInfo, Direction::SoftverbsToRxe) => class_port_info_get(device, &guest),
+        (CmCase::ClassPortInfo, Direction::RxeToSoftverbs) => {
+            Err("the kernel's rdma_cm sends no ClassPortInfo Get".into())
+        }
         (CmCase::Reject, Direction::SoftverbsToRxe) => reject_by_kernel(&guest, &host),
         (CmCase::Reject, Direction::RxeToSoftverbs) => {
             let cmd = format!("rping -c -a {host} -p {UNUSED_PORT} -C 1 -d");
@@ -203,6 +223,40 @@ pub fn run(env: &LabEnv, device: &str, case: CmCase, dir: Direction) -> Result<S
             Ok(out.0)
         }
     }
+}
+
+/// Sends a CM ClassPortInfo Get from QP1 of `device` to the guest's QP1 and waits for
+/// the kernel's GetResp to reach our CM (`get_responses_received`). `softverbs decode` of
+/// the capture shows its method and status.
+fn class_port_info_get(device: &str, guest: &str) -> Result<String, String> {
+    use softverbs_emu::cm_service::{gsi_packet, gsi_path};
+    use softverbs_emu::wire::cm::mad::{method, MadHeaderRepr};
+    use softverbs_emu::wire::cm::{ClassPortInfoRepr, CmMad, CmMessage, MAD_LEN};
+    let ctx = Context::open(device).map_err(|e| e.to_string())?;
+    let service = ctx.cm_service().ok_or("no CM on the lab device")?;
+    let before = service.counters().cm.get_responses_received;
+    let mad = CmMad {
+        header: MadHeaderRepr {
+            method: method::GET,
+            ..MadHeaderRepr::cm_send(0, 0x5e1f_0000_0000_0001)
+        },
+        message: CmMessage::ClassPortInfo(ClassPortInfoRepr::default()),
+    };
+    let mut bytes = [0u8; MAD_LEN];
+    mad.emit(&mut bytes).map_err(|e| e.to_string())?;
+    let to: std::net::IpAddr = guest.parse().map_err(|_| "bad guest address")?;
+    service
+        .context()
+        .send_gsi_packet(&gsi_path(to), &gsi_packet(&bytes, 0))
+        .map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while service.counters().cm.get_responses_received == before {
+        if Instant::now() > deadline {
+            return Err("no GetResp from the kernel within 10 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok("the kernel answered a CM ClassPortInfo Get with a GetResp (method and status in the capture's decode)".into())
 }
 
 fn rping_side(args: &RpingArgs) -> Result<String, String> {
