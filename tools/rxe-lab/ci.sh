@@ -43,7 +43,7 @@ bin=target/release/softverbs
 trap '"$bin" rxe-lab down >/dev/null 2>&1 || true' EXIT INT TERM
 
 "$bin" rxe-lab build || skip "the guest image could not be built (no Debian mirror reachable?)"
-"$bin" rxe-lab up || skip "the guest did not come up (see ${SOFTVERBS_LAB_CACHE:-/var/cache/softverbs/rxe-lab}/run/console.log)"
+"$bin" rxe-lab up || skip "the guest did not come up (see ${SOFTVERBS_LAB_RUN:-${SOFTVERBS_LAB_CACHE:-/var/cache/softverbs/rxe-lab}/run}/console.log)"
 
 "$bin" rxe-lab run
 rc=$?

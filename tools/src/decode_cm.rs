@@ -73,7 +73,10 @@ pub fn describe(repr: &RoceRepr<'_>) -> Option<String> {
             r.qpn,
             r.qkey
         ),
-        CmMessage::ClassPortInfo(_) => String::new(),
+        CmMessage::ClassPortInfo(_) => format!(
+            "method=0x{:02x} status=0x{:04x}",
+            mad.header.method, mad.header.status
+        ),
     };
     Some(format!(" cm={} tid=0x{tid:016x} {body}", m.name()))
 }

@@ -27,31 +27,34 @@ const STEP: Duration = Duration::from_secs(30);
 pub struct RpingArgs {
     /// Server: listen on -a ADDR -p PORT.
     #[arg(short = 's', conflicts_with = "client")]
-    server: bool,
+    pub(crate) server: bool,
     /// Client: connect to -a ADDR -p PORT.
     #[arg(short = 'c')]
-    client: bool,
+    pub(crate) client: bool,
     /// The server's address (the address the server binds to).
     #[arg(short = 'a')]
-    addr: String,
+    pub(crate) addr: String,
     /// The client's source address: picks the client's device.
     #[arg(short = 'I')]
-    source: Option<String>,
+    pub(crate) source: Option<String>,
     /// Port.
     #[arg(short = 'p', default_value_t = 7174)]
-    port: u16,
+    pub(crate) port: u16,
     /// Iterations (0: until interrupted or disconnected).
     #[arg(short = 'C', default_value_t = 0)]
-    count: u32,
+    pub(crate) count: u32,
     /// Buffer size in bytes (23..=65536).
     #[arg(short = 'S', default_value_t = 64)]
-    size: usize,
+    pub(crate) size: usize,
     /// Print the ping data of each iteration.
     #[arg(short = 'v')]
-    verbose: bool,
+    pub(crate) verbose: bool,
     /// Print progress (connection events).
     #[arg(short = 'd')]
-    debug: bool,
+    pub(crate) debug: bool,
+    /// Server: how long to wait for the connection request, in seconds.
+    #[arg(long, default_value_t = 300)]
+    pub(crate) request_wait_s: u64,
 }
 
 /// Runs rping; exit status 0 once every iteration's data checked.
@@ -144,12 +147,12 @@ fn qp_options() -> QpOptions {
     QpOptions::default()
 }
 
-fn server(args: &RpingArgs) -> VerbsResult<()> {
+pub(crate) fn server(args: &RpingArgs) -> VerbsResult<()> {
     let info = getaddrinfo(&args.addr, args.port, None, true, PortSpace::Tcp)?;
     let listener = create_ep(&info, None, None)?;
     listener.listen(1)?;
     debug(args, &format!("listening on {}:{}", args.addr, args.port));
-    let (id, req) = listener.get_request(STEP * 10)?;
+    let (id, req) = listener.get_request(Duration::from_secs(args.request_wait_s))?;
     debug(args, &format!("connect request from {:?}", id.peer_addr()));
     let _ = req;
     id.create_qp(None, &qp_options())?;
@@ -205,7 +208,7 @@ fn server(args: &RpingArgs) -> VerbsResult<()> {
     Ok(())
 }
 
-fn client(args: &RpingArgs) -> VerbsResult<()> {
+pub(crate) fn client(args: &RpingArgs) -> VerbsResult<()> {
     let info = getaddrinfo(
         &args.addr,
         args.port,

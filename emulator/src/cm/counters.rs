@@ -40,4 +40,9 @@ pub struct CmCounters {
     pub sidr_created: u64,
     /// SIDR requests freed.
     pub sidr_freed: u64,
+    /// Get/Set requests (ClassPortInfo or any other attribute) answered with GetResp
+    /// "unsupported method/attribute", as the kernel's MAD layer answers them.
+    pub gets_answered: u64,
+    /// GetResps received (answers to a Get this side sent); otherwise ignored.
+    pub get_responses_received: u64,
 }

@@ -15,6 +15,7 @@ use super::counters::CmCounters;
 use super::ids::IdGen;
 use super::sidr_state::Sidr;
 use super::types::{CmError, CmEvent, CmEventKind, CmId, CmOutput, QpRequest};
+use crate::wire::cm::mad::method;
 use crate::wire::cm::{CmMad, CmMessage, MadError, PortSpace};
 
 /// The CM of one device.
@@ -121,6 +122,11 @@ impl CmManager {
     /// does not parse is counted, dropped and its error returned; nothing else happens.
     pub fn handle_mad(&mut self, now_ns: u64, from: IpAddr, mad: &[u8]) -> Result<(), MadError> {
         self.counters.mads_received += 1;
+        if let Some(answer) = unsupported_get_response(mad) {
+            self.counters.gets_answered += 1;
+            self.send_bytes(from, answer);
+            return Ok(());
+        }
         let mad = CmMad::parse(mad).inspect_err(|_| self.counters.malformed += 1)?;
         let tid = mad.header.transaction_id;
         match mad.message {
@@ -133,6 +139,9 @@ impl CmManager {
             CmMessage::Drep(r) => self.on_drep(now_ns, from, &r),
             CmMessage::SidrReq(r) => self.on_sidr_req(now_ns, from, tid, &r),
             CmMessage::SidrRep(r) => self.on_sidr_rep(from, &r),
+            CmMessage::ClassPortInfo(_) if mad.header.method == method::GET_RESP => {
+                self.counters.get_responses_received += 1
+            }
             CmMessage::ClassPortInfo(_) => self.counters.out_of_state += 1,
         }
         Ok(())
@@ -277,5 +286,78 @@ impl CmManager {
     /// The connection `id` for an API call, or `UnknownId`.
     pub(super) fn conn_mut(&mut self, id: CmId) -> Result<&mut Conn, CmError> {
         self.conns.get_mut(&id.0).ok_or(CmError::UnknownId(id))
+    }
+}
+
+/// The kernel's CM agent takes only Send; a Get or Set of the CM class (ClassPortInfo or
+/// any attribute) reaches no agent, and the MAD layer (`generate_unmatched_resp`) answers
+/// it with the request itself, method GetResp and status "unsupported method/attribute"
+/// (0x000c). `None` for anything else (or a MAD of the wrong size, left to the parser).
+fn unsupported_get_response(mad: &[u8]) -> Option<Box<[u8; crate::wire::cm::MAD_LEN]>> {
+    use crate::wire::cm::mad::{MAD_BASE_VERSION, MGMT_CLASS_CM};
+    /// IBA 13.4.7: the method/attribute combination is not supported.
+    const UNSUPPORTED_METHOD_ATTRIB: u16 = 0x000c;
+    let bytes: [u8; crate::wire::cm::MAD_LEN] = mad.try_into().ok()?;
+    let (version, class, m) = (bytes[0], bytes[1], bytes[3]);
+    if version != MAD_BASE_VERSION
+        || class != MGMT_CLASS_CM
+        || !matches!(m, method::GET | method::SET)
+    {
+        return None;
+    }
+    let mut answer = Box::new(bytes);
+    answer[3] = method::GET_RESP;
+    answer[4..6].copy_from_slice(&UNSUPPORTED_METHOD_ATTRIB.to_be_bytes());
+    Some(answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::cm::mad::MGMT_CLASS_CM;
+
+    fn manager() -> CmManager {
+        CmManager::new(CmConfig::new("127.31.0.1".parse().unwrap(), 1, 7))
+    }
+
+    fn get(method: u8, attr: u16) -> [u8; crate::wire::cm::MAD_LEN] {
+        let mut mad = [0u8; crate::wire::cm::MAD_LEN];
+        (mad[0], mad[1], mad[2], mad[3]) = (1, MGMT_CLASS_CM, 2, method);
+        mad[8..16].copy_from_slice(&0x1122_3344_5566_7788u64.to_be_bytes());
+        mad[16..18].copy_from_slice(&attr.to_be_bytes());
+        mad[40] = 0xab;
+        mad
+    }
+
+    #[test]
+    fn a_get_is_answered_as_the_kernels_mad_layer_does_and_a_get_resp_is_not() {
+        let mut m = manager();
+        let peer: IpAddr = "127.31.0.2".parse().unwrap();
+        for (mth, attr) in [(method::GET, 0x0001u16), (method::SET, 0x0010)] {
+            let req = get(mth, attr);
+            m.handle_mad(0, peer, &req).unwrap();
+            let Some(CmOutput::SendMad { to, mad }) = m.poll_output() else {
+                panic!("no answer to method {mth:#x}");
+            };
+            assert_eq!(to, peer);
+            let mut want = req;
+            want[3] = method::GET_RESP;
+            (want[4], want[5]) = (0x00, 0x0c);
+            assert_eq!(
+                mad[..],
+                want[..],
+                "the request echoed, GetResp, status 0x000c"
+            );
+        }
+        assert_eq!(m.counters().gets_answered, 2);
+        // A GetResp (or a Get of another class) gets no answer.
+        m.handle_mad(0, peer, &get(method::GET_RESP, 0x0001))
+            .unwrap();
+        let mut other = get(method::GET, 0x0001);
+        other[1] = 0x03;
+        assert!(m.handle_mad(0, peer, &other).is_err());
+        assert!(m.poll_output().is_none());
+        assert_eq!(m.counters().gets_answered, 2);
+        assert_eq!(m.counters().get_responses_received, 1);
     }
 }

@@ -81,6 +81,32 @@ impl CmManager {
         Ok(())
     }
 
+    /// The engine could not apply a QP move this connection asked for (rdma_cm's
+    /// CONNECT_ERROR, which the engine reports itself): no more events for it. On the
+    /// active side, after a REP, it is what the kernel's `cma_rep_recv` does: QP to ERR
+    /// and REJ "consumer defined" (28) for the REP instead of the RTU, and the IDs are
+    /// freed at once (the kernel's `cm_reset_to_idle`, no time-wait); otherwise as
+    /// [`CmManager::destroy`].
+    pub fn qp_move_failed(&mut self, now_ns: u64, id: CmId) -> Result<(), CmError> {
+        let c = self.conn_mut(id)?;
+        c.quiet = true;
+        if !(c.role == Role::Active && c.state == ConnState::Established) {
+            return self.destroy(now_ns, id);
+        }
+        let (qpn, peer, tid, remote_id) = (c.local_qpn, c.peer, c.tid, c.remote_id);
+        self.modify_qp(id.0, QpRequest::Err { qpn });
+        self.send_rej(
+            peer,
+            tid,
+            (id.0, remote_id),
+            msg_code::REP,
+            rej_reason::CONSUMER_REJECT,
+            &[],
+        );
+        self.free_conn(id.0);
+        Ok(())
+    }
+
     pub(super) fn on_dreq(&mut self, now_ns: u64, from: IpAddr, tid: u64, dreq: &DreqRepr) {
         let id = dreq.remote_comm_id;
         if !self.matching_conn(from, id, dreq.local_comm_id) {

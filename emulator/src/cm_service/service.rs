@@ -179,7 +179,7 @@ impl CmService {
     /// Does what the core asked, in order, then re-arms the timer. After a QP move that
     /// failed, the rest of that connection's batch (its other move, the REP or RTU that
     /// would announce the QP, its ESTABLISHED) is dropped: the attempt ends in
-    /// CONNECT_ERROR here and the REJ (or DREQ) the core's destroy queued there.
+    /// CONNECT_ERROR here and the REJ the core queued there.
     fn flush(&self, st: &mut State, now_ns: u64) {
         let mut aborted: Option<(CmId, u32)> = None;
         while let Some(output) = st.mgr.poll_output() {
@@ -208,8 +208,8 @@ impl CmService {
         self.rearm(st, now_ns);
     }
 
-    /// Applies a QP move; a failed RTR/RTS ends the attempt with CONNECT_ERROR and the
-    /// core's destroy (a REJ), as rdma_cm does when it cannot modify the QP. Returns the
+    /// Applies a QP move; a failed RTR/RTS ends the attempt with CONNECT_ERROR and a REJ,
+    /// as rdma_cm does when it cannot modify the QP. Returns the
     /// connection and QP of a failed move.
     fn move_qp(&self, st: &mut State, now_ns: u64, request: &QpRequest) -> Option<(CmId, u32)> {
         if qp_moves::apply(&self.ctx as &dyn VerbsContext, request).is_ok() {
@@ -229,8 +229,9 @@ impl CmService {
                 kind: CmEventKind::ConnectError,
             },
         );
-        // Quiet from here on: the REJ goes out, no more events.
-        let _ = st.mgr.destroy(now_ns, id);
+        // Quiet from here on: the REJ goes out (for the REQ or, on the active side, for
+        // the REP, as the kernel's cma_rep_recv sends it), no more events.
+        let _ = st.mgr.qp_move_failed(now_ns, id);
         Some((id, qpn))
     }
 

@@ -21,7 +21,7 @@ use crate::engine::EmuContext;
 use crate::memory::RdmaBuffer;
 use crate::net::channel::{ChannelLink, ChannelNetwork};
 use crate::net::Link;
-use crate::wire::cm::PortSpace;
+use crate::wire::cm::{rej_reason, PortSpace};
 
 struct ToChannel(Sender<CmEvent>);
 
@@ -274,39 +274,97 @@ fn qp1_input_that_is_not_a_cm_mad_is_counted_and_dropped() {
     assert_eq!(c.live_connections, 0);
 }
 
-#[test]
-fn a_qp_move_that_fails_is_a_connect_error_here_and_a_reject_there() {
+/// A server and a client device on a channel network of their own, each with its CM,
+/// the server listening on port 7471 (its requests to `listen_rx`).
+struct ErrPair {
+    _net: ChannelNetwork,
+    server: EmuContext,
+    server_ip: IpAddr,
+    s_cm: Arc<CmService>,
+    c_cm: Arc<CmService>,
+    listen_rx: Receiver<CmEvent>,
+}
+
+fn err_pair(tag: &str, subnet: u8) -> ErrPair {
     let net = ChannelNetwork::new();
-    let server_ip = IpAddr::V4(Ipv4Addr::new(10, 78, 2, 1));
-    let client_ip = IpAddr::V4(Ipv4Addr::new(10, 78, 2, 2));
-    let server = device(&net, "cm-svc-err-server", server_ip);
-    let client = device(&net, "cm-svc-err-client", client_ip);
-    let (s_cm, c_cm) = (
-        CmService::for_context(&server).unwrap(),
-        CmService::for_context(&client).unwrap(),
-    );
+    let server_ip = IpAddr::V4(Ipv4Addr::new(10, 78, subnet, 1));
+    let client_ip = IpAddr::V4(Ipv4Addr::new(10, 78, subnet, 2));
+    let server = device(&net, &format!("cm-svc-{tag}-server"), server_ip);
+    let client = device(&net, &format!("cm-svc-{tag}-client"), client_ip);
+    let s_cm = CmService::for_context(&server).unwrap();
+    let c_cm = CmService::for_context(&client).unwrap();
     let (listen_sink, listen_rx) = sink();
     s_cm.listen(PortSpace::Tcp, 7471, listen_sink).unwrap();
-    let (_, _, c_qpn) = rc_qp(&client);
-    let (c_sink, c_rx) = sink();
-    let params = connect_params(server_ip, 40000, c_qpn);
-    c_cm.connect(&params, c_sink).unwrap();
-    let request = listen_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    // A QP number the server does not have: RTR cannot be applied.
-    let accept = AcceptParams {
-        qpn: 0x00ab_cdef,
+    ErrPair {
+        _net: net,
+        server,
+        server_ip,
+        s_cm,
+        c_cm,
+        listen_rx,
+    }
+}
+
+fn accept_params(qpn: u32) -> AcceptParams {
+    AcceptParams {
+        qpn,
         responder_resources: 1,
         initiator_depth: 1,
         rnr_retry_count: 7,
         srq: false,
         private_data: Vec::new(),
-    };
-    s_cm.accept(request.id, &accept).unwrap();
-    assert_eq!(next(&listen_rx), CmEventKind::ConnectError);
+    }
+}
+
+#[test]
+fn a_qp_move_that_fails_is_a_connect_error_here_and_a_reject_there() {
+    let p = err_pair("err", 2);
+    let (_, _, c_qpn) = rc_qp(p.c_cm.context());
+    let (c_sink, c_rx) = sink();
+    p.c_cm
+        .connect(&connect_params(p.server_ip, 40000, c_qpn), c_sink)
+        .unwrap();
+    let request = p.listen_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    // A QP number the server does not have: RTR cannot be applied.
+    p.s_cm
+        .accept(request.id, &accept_params(0x00ab_cdef))
+        .unwrap();
+    assert_eq!(next(&p.listen_rx), CmEventKind::ConnectError);
     assert!(matches!(next(&c_rx), CmEventKind::Rejected(_)));
-    assert_eq!(s_cm.counters().qp_modify_failed, 1);
+    assert_eq!(p.s_cm.counters().qp_modify_failed, 1);
     assert!(
-        listen_rx.recv_timeout(Duration::from_millis(100)).is_err(),
+        p.listen_rx
+            .recv_timeout(Duration::from_millis(100))
+            .is_err(),
         "one event only"
     );
+}
+
+#[test]
+fn a_qp_move_that_fails_after_the_rep_rejects_the_rep_as_the_kernel_does() {
+    let p = err_pair("rep-err", 3);
+    // A QP number the client does not have: the REQ goes out, the REP's RTR fails.
+    let (c_sink, c_rx) = sink();
+    p.c_cm
+        .connect(&connect_params(p.server_ip, 40001, 0x00ab_cdef), c_sink)
+        .unwrap();
+    let request = p.listen_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let (_, _, s_qpn) = rc_qp(&p.server);
+    p.s_cm.accept(request.id, &accept_params(s_qpn)).unwrap();
+    assert_eq!(next(&c_rx), CmEventKind::ConnectError);
+    // The kernel's cma_rep_recv: REJ "consumer defined" (28) for the REP, no RTU, no DREQ.
+    match next(&p.listen_rx) {
+        CmEventKind::Rejected(r) => assert_eq!(r.reason, rej_reason::CONSUMER_REJECT),
+        other => panic!("server got {other:?}, expected REJECTED 28"),
+    }
+    assert_eq!(p.c_cm.counters().qp_modify_failed, 1);
+    assert_eq!(p.c_cm.counters().cm.rejects_sent, 1);
+    assert_eq!(p.c_cm.counters().live_connections, 0, "freed at once");
+    assert_eq!(p.s_cm.counters().live_connections, 0);
+    for rx in [&c_rx, &p.listen_rx] {
+        assert!(
+            rx.recv_timeout(Duration::from_millis(100)).is_err(),
+            "one event per side"
+        );
+    }
 }

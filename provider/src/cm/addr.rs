@@ -45,6 +45,21 @@ pub(crate) fn open_device_for(ip: IpAddr) -> VerbsResult<Device> {
     Ok(Device { ctx, service })
 }
 
+/// Opens every emulated device of the address family (v4 or v6), each with its CM
+/// running (EADDRNOTAVAIL if none can be opened).
+pub(crate) fn open_family(v4: bool) -> VerbsResult<Vec<Device>> {
+    engine::config::check_env()?;
+    let devices: Vec<Device> = engine::device_list()?
+        .into_iter()
+        .filter(|d| d.ip.is_ipv4() == v4)
+        .filter_map(|d| open_device_for(d.ip).ok())
+        .collect();
+    if devices.is_empty() {
+        return Err(no_device_of_family(v4));
+    }
+    Ok(devices)
+}
+
 /// The local device to reach `dst` from when no source is given: the device bound to
 /// `dst` itself, else the first one of the same address family.
 pub(crate) fn source_for(dst: IpAddr) -> VerbsResult<IpAddr> {
@@ -72,5 +87,16 @@ pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,
+    }
+}
+
+/// EADDRNOTAVAIL for a wildcard of a family with no device.
+fn no_device_of_family(v4: bool) -> VerbsError {
+    VerbsError::Io {
+        errno: libc::EADDRNOTAVAIL,
+        message: format!(
+            "no emulated device has an IPv{} address to bind the wildcard address on",
+            if v4 { 4 } else { 6 }
+        ),
     }
 }

@@ -9,14 +9,13 @@ use std::time::Duration;
 use softverbs_api::{
     AccessFlags, AhAttr, Gid, QpAttr, QpAttrMask, QpCap, QpState, QpType, VerbsError, VerbsResult,
 };
-use softverbs_emu::cm::{
-    AcceptParams, CmError as CoreError, CmEventKind as CoreKind, ConnectParams,
-};
+use softverbs_emu::cm::{AcceptParams, CmEventKind as CoreKind, ConnectParams};
 use softverbs_emu::wire::cm::PortSpace;
 
 use crate::cm::addr::{self, Device};
 use crate::cm::event::{CmEvent, EventType, UdEventParam};
-use crate::cm::shared::{service_of, CmId, ConnEventParam, IdShared, IdState, Phase};
+use crate::cm::shared::{core_err, service_of, CmId, ConnEventParam, IdShared, IdState, Phase};
+use crate::cm::wildcard;
 use crate::pd::Pd;
 
 /// The Q_Key rdma_cm gives UD QPs of the UDP port space (RDMA_UDP_QKEY).
@@ -84,35 +83,24 @@ impl Default for QpOptions {
     }
 }
 
-/// A core error as the errno librdmacm reports.
-pub(crate) fn core_err(e: CoreError) -> VerbsError {
-    match e.errno() {
-        libc::EINVAL => VerbsError::inval(e.to_string()),
-        libc::ENOMEM => VerbsError::nomem(e.to_string()),
-        errno => VerbsError::Io {
-            errno,
-            message: e.to_string(),
-        },
-    }
-}
-
 fn state_err(what: &str, phase: Phase) -> VerbsError {
     VerbsError::inval(format!("{what} is not valid on an id in state {phase:?}"))
 }
 
 impl CmId {
     /// `rdma_bind_addr`: binds to the device whose address is `addr`'s IP and takes its
-    /// port (0: an ephemeral one). EADDRNOTAVAIL if no device has that address,
-    /// EADDRINUSE if the port is taken.
+    /// port (0: an ephemeral one). The wildcard address (0.0.0.0 or ::) binds every
+    /// device of its family, as librdmacm does: a listen then takes the requests of all.
+    /// EADDRNOTAVAIL if no device has that address, EADDRINUSE if the port is taken.
     pub fn bind_addr(&self, addr: SocketAddr) -> VerbsResult<()> {
         let mut st = self.shared.state.lock();
         if st.phase != Phase::Idle {
             return Err(state_err("bind_addr", st.phase));
         }
         if addr.ip().is_unspecified() {
-            return Err(VerbsError::NotSupported(
-                "binding to the wildcard address: bind to a device's address".into(),
-            ));
+            wildcard::bind_all(&mut st, self.shared.ps, addr)?;
+            st.phase = Phase::Bound;
+            return Ok(());
         }
         let dev = addr::open_device_for(addr.ip())?;
         bind_on(&mut st, self.shared.ps, dev, addr)?;
@@ -138,6 +126,15 @@ impl CmId {
                 };
                 let dev = addr::open_device_for(ip)?;
                 let port = src.map_or(0, |s| s.port());
+                bind_on(&mut st, self.shared.ps, dev, SocketAddr::new(ip, port))?;
+            }
+            // Bound to the wildcard: the route picks the device, the port stays.
+            Phase::Bound if st.dev.is_none() => {
+                let port = st.local.map_or(0, |l| l.port());
+                wildcard::release_all(&mut st, self.shared.ps, false);
+                st.wildcard.clear();
+                let ip = addr::source_for(dst.ip())?;
+                let dev = addr::open_device_for(ip)?;
                 bind_on(&mut st, self.shared.ps, dev, SocketAddr::new(ip, port))?;
             }
             Phase::Bound => {}
@@ -182,11 +179,15 @@ impl CmId {
         if st.phase != Phase::Bound {
             return Err(state_err("listen", st.phase));
         }
-        let service = service_of(&st)?;
-        let port = st.local.map_or(0, |l| l.port());
-        service
-            .listen(self.shared.ps, port, self.shared.sink())
-            .map_err(core_err)?;
+        if st.wildcard.is_empty() {
+            let service = service_of(&st)?;
+            let port = st.local.map_or(0, |l| l.port());
+            service
+                .listen(self.shared.ps, port, self.shared.sink())
+                .map_err(core_err)?;
+        } else {
+            wildcard::listen_all(&st, &self.shared)?;
+        }
         st.phase = Phase::Listening;
         Ok(())
     }

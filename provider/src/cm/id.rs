@@ -18,6 +18,7 @@ use crate::qp::Qp;
 use crate::cm::conn::outcome;
 use crate::cm::event::{CmEvent, EventType};
 use crate::cm::shared::{CmId, ConnEventParam, EventChannel, IdShared, Phase, RawEvent, RawKind};
+use crate::cm::wildcard;
 
 impl CmId {
     /// `rdma_create_id`: a new id on `channel` in port space `ps` (TCP for RC, UDP for
@@ -130,6 +131,17 @@ impl IdShared {
         }
         let was = st.phase;
         st.phase = Phase::Destroyed;
+        if !st.wildcard.is_empty() {
+            wildcard::release_all(&mut st, self.ps, was == Phase::Listening);
+            let devices = std::mem::take(&mut st.wildcard);
+            drop(st);
+            if was == Phase::Listening {
+                self.end_untaken_requests(|via| {
+                    devices.iter().find(|d| Some(d.service.local_ip()) == via)
+                });
+            }
+            return;
+        }
         let Some(dev) = st.dev.clone() else {
             return;
         };
@@ -142,7 +154,7 @@ impl IdShared {
         if let Some(local) = st.local {
             if was == Phase::Listening {
                 let _ = dev.service.unlisten(self.ps, local.port());
-                self.end_untaken_requests(&dev);
+                self.end_untaken_requests(|_| Some(&dev));
             }
             if st.port_held {
                 dev.service.release_port(self.ps, local.port());
@@ -154,7 +166,10 @@ impl IdShared {
 
     /// Ends the requests a destroyed listener never handed out (their events are dropped
     /// from its channel): a REJ, or a SIDR reject, so that the core frees them.
-    fn end_untaken_requests(&self, dev: &crate::cm::addr::Device) {
+    fn end_untaken_requests<'d>(
+        &self,
+        device: impl Fn(Option<std::net::IpAddr>) -> Option<&'d crate::cm::addr::Device>,
+    ) {
         let channel = self.channel.lock().clone();
         let mut untaken = Vec::new();
         channel.queue.with_state_dropping(|_, dropper| {
@@ -162,18 +177,21 @@ impl IdShared {
                 if !e.target.ptr_eq(&self.me) {
                     return true;
                 }
-                if let RawKind::Core { id, kind } = &e.what {
+                if let RawKind::Core { id, kind, via } = &e.what {
                     if matches!(
                         kind,
                         CoreKind::ConnectRequest { .. } | CoreKind::SidrRequest { .. }
                     ) {
-                        untaken.push(*id);
+                        untaken.push((*id, *via));
                     }
                 }
                 false
             });
         });
-        for core in untaken {
+        for (core, via) in untaken {
+            let Some(dev) = device(via) else {
+                continue;
+            };
             let _ = match self.ps {
                 PortSpace::Udp => dev
                     .service
@@ -193,7 +211,13 @@ impl IdShared {
     }
 
     /// A new id for a request that reached listener `self`.
-    fn child(&self, core: CoreId, remote: SocketAddr, offered: ConnEventParam) -> Arc<IdShared> {
+    fn child(
+        &self,
+        core: CoreId,
+        remote: SocketAddr,
+        offered: ConnEventParam,
+        via: Option<std::net::IpAddr>,
+    ) -> Arc<IdShared> {
         let channel = self.channel.lock().clone();
         let child = IdShared::new(&channel, self.ps, Phase::Requested);
         {
@@ -201,6 +225,14 @@ impl IdShared {
             let mut st = child.state.lock();
             st.dev = parent.dev.clone();
             st.local = parent.local;
+            // A wildcard listener's request belongs to the device it came through.
+            if let Some(dev) = wildcard::device_via(&parent, via) {
+                st.local = Some(SocketAddr::new(
+                    dev.service.local_ip(),
+                    parent.local.map_or(0, |l| l.port()),
+                ));
+                st.dev = Some(dev);
+            }
             st.remote = Some(remote);
             st.core = Some(core);
             st.offered = offered;
@@ -232,14 +264,14 @@ pub(crate) fn materialize(raw: RawEvent) -> VerbsResult<Option<CmEvent>> {
         conn: ConnEventParam::default(),
         ud: None,
     };
-    let (core_id, kind) = match raw.what {
+    let (core_id, kind, via) = match raw.what {
         RawKind::Local { event: e, status } => {
             if target.state.lock().phase == Phase::Destroyed {
                 return Ok(None);
             }
             return Ok(Some(event(&target, e, status)));
         }
-        RawKind::Core { id, kind } => (id, kind),
+        RawKind::Core { id, kind, via } => (id, kind, via),
     };
     if target.state.lock().phase == Phase::Destroyed {
         return Ok(None);
@@ -259,7 +291,7 @@ pub(crate) fn materialize(raw: RawEvent) -> VerbsResult<Option<CmEvent>> {
                 initiator_depth,
             };
             let remote = SocketAddr::new(cma.src_addr, cma.src_port);
-            let child = target.child(core_id, remote, offered);
+            let child = target.child(core_id, remote, offered, via);
             reroute(&child, core_id);
             let mut e = event(&child, EventType::ConnectRequest, 0);
             e.listen_id = Some(CmId::from_shared(target));
@@ -271,7 +303,7 @@ pub(crate) fn materialize(raw: RawEvent) -> VerbsResult<Option<CmEvent>> {
             cma, private_data, ..
         } => {
             let remote = SocketAddr::new(cma.src_addr, cma.src_port);
-            let child = target.child(core_id, remote, ConnEventParam::default());
+            let child = target.child(core_id, remote, ConnEventParam::default(), via);
             reroute(&child, core_id);
             let mut e = event(&child, EventType::ConnectRequest, 0);
             e.listen_id = Some(CmId::from_shared(target));

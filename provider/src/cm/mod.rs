@@ -17,7 +17,7 @@
 //! the bottom), `channel` (the event channel, a real fd), `event` (event types and contents),
 //! `id` (the id's life and event routing), `conn` (bind, resolve, listen, connect,
 //! accept, reject, disconnect), `post` (rdma_post_* and friends), `addr` (IP address to
-//! device), `endpoint` (getaddrinfo, create_ep, synchronous calls).
+//! device), `wildcard` (binding 0.0.0.0 / :: on every device), `endpoint` (getaddrinfo, create_ep, synchronous calls).
 
 mod addr;
 mod channel;
@@ -28,6 +28,7 @@ mod event_type;
 mod id;
 mod post;
 mod shared;
+mod wildcard;
 
 pub use channel::{EventChannel, EVENT_CHANNEL_LIMIT};
 pub use conn::{ConnParam, QpOptions, RDMA_UDP_QKEY};

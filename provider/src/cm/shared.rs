@@ -3,7 +3,7 @@
 //! The calls on these live above (`id`, `conn`, `post`, `endpoint`, `channel`).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 use std::sync::{Arc, Weak};
 
@@ -36,8 +36,13 @@ pub(crate) struct RawEvent {
 pub(crate) enum RawKind {
     /// An event made by the API layer itself (address and route resolution).
     Local { event: EventType, status: i32 },
-    /// An event of the device's CM core, for core id `id`.
-    Core { id: CoreId, kind: CoreKind },
+    /// An event of the device's CM core, for core id `id`; `via` names the device it came
+    /// through when the id listens on the wildcard address (every device).
+    Core {
+        id: CoreId,
+        kind: CoreKind,
+        via: Option<IpAddr>,
+    },
 }
 
 pub(crate) type ChannelQueue = FdEventQueue<RawEvent>;
@@ -111,6 +116,9 @@ pub(crate) enum Phase {
 pub(crate) struct IdState {
     pub(crate) phase: Phase,
     pub(crate) dev: Option<Device>,
+    /// The devices of a wildcard bind (0.0.0.0 or ::), each holding the id's port; empty
+    /// otherwise.
+    pub(crate) wildcard: Vec<Device>,
     pub(crate) local: Option<SocketAddr>,
     pub(crate) remote: Option<SocketAddr>,
     /// The port this id holds in its device's port space (released on destroy).
@@ -164,6 +172,7 @@ impl std::fmt::Debug for CmId {
 struct IdSink {
     id: Weak<IdShared>,
     channel: Arc<Mutex<EventChannel>>,
+    via: Option<IpAddr>,
 }
 
 impl CmEventSink for IdSink {
@@ -173,6 +182,7 @@ impl CmEventSink for IdSink {
             what: RawKind::Core {
                 id: event.id,
                 kind: event.kind,
+                via: self.via,
             },
         };
         let channel = self.channel.lock().clone();
@@ -188,6 +198,7 @@ impl IdShared {
             state: Mutex::new(IdState {
                 phase,
                 dev: None,
+                wildcard: Vec::new(),
                 local: None,
                 remote: None,
                 port_held: false,
@@ -207,9 +218,16 @@ impl IdShared {
 
     /// A sink for this id's events.
     pub(crate) fn sink(&self) -> Arc<dyn CmEventSink> {
+        self.sink_via(None)
+    }
+
+    /// A sink for this id's events that come through the device at `via` (a wildcard
+    /// listener has one per device).
+    pub(crate) fn sink_via(&self, via: Option<IpAddr>) -> Arc<dyn CmEventSink> {
         Arc::new(IdSink {
             id: self.me.clone(),
             channel: self.channel.clone(),
+            via,
         })
     }
 
@@ -230,4 +248,16 @@ pub(crate) fn service_of(st: &IdState) -> VerbsResult<Arc<CmService>> {
         .as_ref()
         .map(|d| d.service.clone())
         .ok_or_else(|| VerbsError::inval("the id is not bound to a device (bind or resolve first)"))
+}
+
+/// A core error as the errno librdmacm reports.
+pub(crate) fn core_err(e: softverbs_emu::cm::CmError) -> VerbsError {
+    match e.errno() {
+        libc::EINVAL => VerbsError::inval(e.to_string()),
+        libc::ENOMEM => VerbsError::nomem(e.to_string()),
+        errno => VerbsError::Io {
+            errno,
+            message: e.to_string(),
+        },
+    }
 }

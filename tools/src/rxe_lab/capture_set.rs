@@ -14,8 +14,8 @@ use super::lab_env::LabEnv;
 use super::plan::{Case, CaseKind};
 use super::qmp;
 use super::results::Verdict;
+use super::scenario::{Direction, Transport, Verb};
 use super::trim::{self, MIDDLES_KEPT};
-use super::verb_cases::{Direction, Transport, Verb};
 
 use Direction::{RxeToSoftverbs as RxeReq, SoftverbsToRxe as SvReq};
 
@@ -170,11 +170,11 @@ pub fn record(env: &LabEnv, device: &str, capture_dir: &Path, out: &Path) -> Res
     let summary = trim::trim(&cm, &out.join(name), MIDDLES_KEPT)?;
     total += summary.file_bytes;
     generated.push_str(&format!(
-        "| `{name}` | rping -c | rxe | 1024 | rxe's RDMA CM ConnectRequest MADs (UD SEND to QP1), resent while unanswered |\n"
+        "| `{name}` | rping -c | rxe | 1024 | rxe's RDMA CM ConnectRequest (UD SEND to QP1) and softverbs' ConnectReject 8 (invalid service ID) |\n"
     ));
     sections.push_str(&trim::readme_section(
         name,
-        &format!("guest: `timeout {RPING_S} rping -c -a 10.77.0.1 -C 1`, softverbs' lab device open and no listener on the host"),
+        &format!("guest: `timeout {RPING_S} rping -c -a 10.77.0.1 -C 1`, softverbs' lab device open (its CM answers) and no listener on the host"),
         &summary,
     ));
     generated.push('\n');
@@ -193,8 +193,9 @@ pub fn record(env: &LabEnv, device: &str, capture_dir: &Path, out: &Path) -> Res
 const RPING_S: u64 = 12;
 
 /// rping as client in the guest towards softverbs' address, with softverbs' lab device open
-/// (so that its station answers ARP) and nothing listening: the capture holds the kernel
-/// CM's ConnectRequest MADs and their resends.
+/// (its station answers ARP, its CM answers QP1) and nothing listening: the capture holds
+/// the kernel CM's ConnectRequest and softverbs' REJ "invalid service ID" (8). (The copy
+/// in conformance/ predates the CM service: REQs resent unanswered, then REJ "timeout".)
 fn capture_cm_request(env: &LabEnv, device: &str, capture_dir: &Path) -> Result<PathBuf, String> {
     let _ctx = Context::open(device).map_err(|e| format!("opening {device}: {e}"))?;
     let file = capture_dir.join("cm-rping-req.pcap");

@@ -4,14 +4,13 @@
 //! and must exit 0 with their report; the side channel crosses ssh port forwards as in
 //! pingpong_cases.
 
-use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::lab_env::LabEnv;
-use super::verb_cases::Direction;
+use super::line_tap::{tap_lines, wait_for_line};
+use super::scenario::Direction;
 use super::watchdog::Watchdog;
 use crate::ibv_oob::IBV_PINGPONG_PORT;
 
@@ -62,28 +61,12 @@ pub fn run(env: &LabEnv, device: &str, dir: Direction, mtu: u32) -> Result<Strin
             let forward = format!("127.0.0.1:{port}:127.0.0.1:{IBV_PINGPONG_PORT}");
             let mut guest = spawn_guest(vec!["-L".into(), forward], script)?;
             let stdout = guest.stdout.take().ok_or("no guest stdout")?;
-            let (tx, rx) = mpsc::channel();
-            guest_lines = Some(std::thread::spawn(move || {
-                let mut all = String::new();
-                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                    let _ = tx.send(line.clone());
-                    all.push_str(&line);
-                    all.push('\n');
-                }
-                all
-            }));
-            let deadline = Instant::now() + Duration::from_secs(40);
-            loop {
-                let left = deadline.saturating_duration_since(Instant::now());
-                match rx.recv_timeout(left) {
-                    Ok(line) if line == LISTENING => break,
-                    Ok(_) => {}
-                    Err(_) => {
-                        let _ = guest.kill();
-                        let _ = guest.wait();
-                        return Err("ibv_rc_pingpong in the guest did not listen".into());
-                    }
-                }
+            let (rx, all) = tap_lines(stdout);
+            guest_lines = Some(all);
+            if !wait_for_line(&rx, LISTENING, Instant::now() + Duration::from_secs(40)) {
+                let _ = guest.kill();
+                let _ = guest.wait();
+                return Err("ibv_rc_pingpong in the guest did not listen".into());
             }
             let host = host
                 .arg("127.0.0.1")

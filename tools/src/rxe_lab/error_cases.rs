@@ -11,14 +11,15 @@ use std::time::{Duration, Instant};
 
 use softverbs::{RemoteAddr, SendWr, WcOpcode, WcStatus, WrOpcode};
 
+use super::guest_pair::{
+    connect, expect_guest_wc, expect_host_wc, fail, guest_check, host_check, Host, BUF_BYTES,
+    GUARD_BYTES, WAIT,
+};
 use super::guest_peer::GuestPeer;
 use super::ibv_wc::{IBV_WC_RECV, IBV_WC_REM_ACCESS_ERR, IBV_WC_SEND};
 use super::lab_env::LabEnv;
 use super::pattern::lab_pattern;
-use super::verb_cases::{
-    connect, expect_guest_wc, expect_host_wc, fail, guest_check, host_check, Direction, Host,
-    BUF_BYTES, GUARD_BYTES, WAIT,
-};
+use super::scenario::Direction;
 
 /// Bytes of the RNR SEND (two packets at MTU 1024, one at 4096).
 const RNR_SEND_BYTES: usize = 1500;

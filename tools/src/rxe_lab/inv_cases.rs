@@ -9,6 +9,10 @@ use softverbs::{
     WrOpcode,
 };
 
+use super::guest_pair::{
+    connect, expect_guest_wc, expect_host_wc, fail, guest_check, host_check, Host, GUARD_BYTES,
+    WAIT,
+};
 use super::guest_peer::GuestPeer;
 use super::ibv_wc::{
     IBV_WC_RDMA_WRITE, IBV_WC_RECV, IBV_WC_REM_ACCESS_ERR, IBV_WC_SEND, IBV_WC_WITH_INV,
@@ -16,10 +20,7 @@ use super::ibv_wc::{
 };
 use super::lab_env::LabEnv;
 use super::pattern::lab_pattern;
-use super::verb_cases::{
-    connect, expect_guest_wc, expect_host_wc, fail, guest_check, host_check, Direction, Host,
-    GUARD_BYTES, WAIT,
-};
+use super::scenario::Direction;
 
 /// Where the window lies in the responder's buffer, and its length.
 const WINDOW_OFFSET: usize = 8192;

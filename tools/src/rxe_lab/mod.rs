@@ -4,12 +4,16 @@
 //! the lab link in this process.
 
 mod capture_set;
+mod cm_cases;
+mod cm_peers;
 mod dropin_cases;
 mod error_cases;
+mod guest_pair;
 mod guest_peer;
 mod ibv_wc;
 mod inv_cases;
 mod lab_env;
+mod line_tap;
 mod pattern;
 mod perf_cases;
 mod perftest_cases;
@@ -17,6 +21,7 @@ mod pingpong_cases;
 mod plan;
 mod qmp;
 mod results;
+mod scenario;
 mod srq_cases;
 mod trim;
 mod ud_cases;
@@ -32,7 +37,7 @@ use softverbs::{register_device, DeviceConfig, LinkConfig};
 use lab_env::LabEnv;
 use plan::{Case, CaseKind};
 use results::{Row, Verdict};
-use verb_cases::Direction;
+use scenario::Direction;
 
 /// Exit code of `run` when no lab is usable (the scenarios were skipped, not passed).
 pub const EXIT_SKIPPED: u8 = 77;
@@ -387,6 +392,7 @@ fn run_case(
                 perf_cases::run(env, LAB_DEVICE, kind, case.direction, case.mtu)
             }
             CaseKind::DropIn => dropin_cases::run(env, LAB_DEVICE, case.direction, case.mtu),
+            CaseKind::Cm(cm) => cm_cases::run(env, LAB_DEVICE, cm, case.direction),
             CaseKind::Pingpong(kind, size) => {
                 pingpong_cases::run(env, LAB_DEVICE, kind, case.direction, case.mtu, size)
             }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::lab_env::LabEnv;
 use super::perftest_cases::{report_rows, without_calibration_warnings};
-use super::verb_cases::Direction;
+use super::scenario::Direction;
 use super::watchdog::Watchdog;
 use crate::ibv_oob::IBV_PINGPONG_PORT;
 use crate::perf::{Sequence, TestKind};

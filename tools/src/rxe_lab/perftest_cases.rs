@@ -13,8 +13,9 @@ use softverbs::{
     SendWr, WcOpcode, WcStatus, WrOpcode,
 };
 
+use super::guest_pair::LAB_QP_TIMEOUT;
 use super::lab_env::LabEnv;
-use super::verb_cases::{Direction, LAB_QP_TIMEOUT};
+use super::scenario::Direction;
 use super::watchdog::Watchdog;
 use crate::ibv_oob::IBV_PINGPONG_PORT;
 use crate::perftest_oob::{mtu_enum, PerftestComm, PerftestKeys};

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use softverbs::Mtu;
 
+use super::guest_pair::LAB_QP_TIMEOUT;
 use super::lab_env::LabEnv;
-use super::verb_cases::{Direction, LAB_QP_TIMEOUT};
+use super::scenario::Direction;
 use super::watchdog::Watchdog;
 use crate::ibv_oob::IBV_PINGPONG_PORT;
 use crate::ibv_pingpong::{self, IbvKind, IbvPingpongConfig, IbvRole};

@@ -7,11 +7,12 @@
 use crate::ibv_pingpong::IbvKind;
 use crate::perf::TestKind;
 
+use super::cm_cases::CmCase;
 use super::error_cases::ErrorCase;
 use super::perf_cases::{self, PerfTest};
 use super::perftest_cases::PerftestBw;
 use super::pingpong_cases;
-use super::verb_cases::{Direction, Transport, Verb};
+use super::scenario::{Direction, Transport, Verb};
 
 /// One scenario to run.
 pub struct Case {
@@ -45,6 +46,8 @@ pub enum CaseKind {
     Perf(PerfTest),
     /// ibv_rc_pingpong through the drop-in libibverbs.so.1 against rxe's (dropin_cases).
     DropIn,
+    /// The connection manager against the kernel's rdma_cm (cm_cases).
+    Cm(CmCase),
 }
 
 /// Every case at the path MTUs `mtus`, in table order.
@@ -98,8 +101,26 @@ pub fn full(mtus: &[u32]) -> Vec<Case> {
             );
         }
     }
+    // rdma_cm picks the path MTU itself (4096 from the lab netdevs' 9000 bytes, on both
+    // sides), so the CM cases run once per direction whatever MTUs were asked for.
+    for direction in Direction::BOTH {
+        for cm in CmCase::ALL
+            .into_iter()
+            .filter(|c| c.directions().contains(&direction))
+        {
+            cases.push(Case {
+                scenario: cm.name(),
+                direction,
+                mtu: CM_PATH_MTU,
+                kind: CaseKind::Cm(cm),
+            });
+        }
+    }
     cases
 }
+
+/// The path MTU rdma_cm sets on the lab link (the REQ's and REP's path MTU field).
+const CM_PATH_MTU: u32 = 4096;
 
 /// The smallest path MTU of the full matrix; cases whose bytes do not depend on the path
 /// MTU run at this one only.
@@ -130,6 +151,7 @@ pub fn in_ci(case: &Case) -> bool {
         CaseKind::Pingpong(_, size) => {
             base && (case.mtu == BASE_MTU || *size <= case.mtu as usize + 1)
         }
+        CaseKind::Cm(cm) => cm.in_ci(),
         _ => base,
     }
 }
@@ -188,7 +210,7 @@ mod tests {
             in_ci(c) && matches!(&c.kind, CaseKind::Perf(t) if t.sweep)
         });
         assert_eq!(sweeps, perf_cases::SWEEPS.len());
-        for c in &all {
+        for c in all.iter().filter(|c| !matches!(c.kind, CaseKind::Cm(_))) {
             assert!(
                 ci.iter().any(|k| k.scenario == c.scenario),
                 "{} not in CI",
@@ -198,5 +220,27 @@ mod tests {
         // Multi-packet verb cases stay at both MTUs and in both directions.
         let rc_write = count(&all, |c| in_ci(c) && c.scenario == "RC WRITE");
         assert_eq!(rc_write, 4);
+    }
+
+    #[test]
+    fn cm_cases_run_once_per_direction_and_ci_keeps_each_program_in_both_roles() {
+        let all = full(&[1024, 4096]);
+        let cm: Vec<&Case> = all
+            .iter()
+            .filter(|c| matches!(c.kind, CaseKind::Cm(_)))
+            .collect();
+        assert_eq!(cm.len(), 2 * CmCase::ALL.len() - 1);
+        assert!(cm.iter().all(|c| c.mtu == CM_PATH_MTU));
+        for program in ["CM rping", "CM ucmatose", "CM udaddy", "CM REJ"] {
+            for direction in Direction::BOTH {
+                assert!(
+                    cm.iter().any(|c| in_ci(c)
+                        && c.direction == direction
+                        && c.scenario.starts_with(program)),
+                    "{program} {direction:?} not in CI"
+                );
+            }
+        }
+        assert!(count(&all, |c| in_ci(c) && matches!(c.kind, CaseKind::Cm(_))) < cm.len());
     }
 }

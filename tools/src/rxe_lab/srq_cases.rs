@@ -8,12 +8,11 @@ use softverbs::{
     AccessFlags, Context, QpCap, RdmaBuffer, RecvWr, SrqAttr, WcOpcode, WcStatus, WorkCompletion,
 };
 
+use super::guest_pair::{check_landed, expect_guest_wc, fail, pair_with_guest, GUARD_BYTES, WAIT};
 use super::guest_peer::GuestPeer;
 use super::ibv_wc::IBV_WC_SEND;
 use super::lab_env::LabEnv;
-use super::verb_cases::{
-    check_landed, expect_guest_wc, fail, pair_with_guest, Transport, GUARD_BYTES, WAIT,
-};
+use super::scenario::Transport;
 
 /// Senders in the guest (each its own QP and ssh session).
 const SENDERS: usize = 2;

@@ -9,14 +9,15 @@ use std::net::Ipv4Addr;
 
 use softverbs::{Ah, AhAttr, Gid, SendWr, UdDest, VerbsError, WcFlags, WcOpcode, WrOpcode};
 
+use super::guest_pair::{
+    check_landed, connect_transport, expect_guest_wc, expect_host_wc, fail, guest_check, Host,
+    GUARD_BYTES, WAIT,
+};
 use super::guest_peer::GuestPeer;
 use super::ibv_wc::{IBV_WC_GRH, IBV_WC_RECV, IBV_WC_SEND, IBV_WC_WITH_IMM};
 use super::lab_env::LabEnv;
 use super::pattern::lab_pattern;
-use super::verb_cases::{
-    check_landed, connect_transport, expect_guest_wc, expect_host_wc, fail, guest_check, Direction,
-    Host, Step, Transport, Verb, GUARD_BYTES, WAIT,
-};
+use super::scenario::{Direction, Step, Transport, Verb};
 use crate::ibv_pingpong::{GRH_BYTES, IBV_UD_QKEY};
 
 /// A Q_Key neither QP has: datagrams carrying it must be dropped.
