@@ -269,7 +269,7 @@ impl VerbsContext for EmuContext {
         let recv_cq = dev.cq(init.recv_cq)?;
         let mut qps = dev.qps.write();
         DeviceLimits::room("QP", qps.len(), dev.config.limits.max_qp)?;
-        let qpn = dev.next_qpn.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
+        let qpn = dev.allocate_qpn(&qps)?;
         let granted = QpCap {
             max_send_sge: c.max_send_sge.max(1),
             max_recv_sge: if srq.is_some() {
@@ -294,6 +294,7 @@ impl VerbsContext for EmuContext {
                 owner: self.local.id,
             }),
         );
+        dev.publish_qp_count(qps.len());
         Ok((qpn, granted))
     }
 
@@ -330,11 +331,14 @@ impl VerbsContext for EmuContext {
 
     fn destroy_qp(&self, qpn: u32) -> VerbsResult<()> {
         let dev = self.dev();
-        let entry = dev
-            .qps
-            .write()
-            .remove(&qpn)
-            .ok_or_else(|| VerbsError::NotFound(format!("no QP {qpn:#x}")))?;
+        let entry = {
+            let mut qps = dev.qps.write();
+            let entry = qps
+                .remove(&qpn)
+                .ok_or_else(|| VerbsError::NotFound(format!("no QP {qpn:#x}")))?;
+            dev.publish_qp_count(qps.len());
+            entry
+        };
         dev.forget_async(entry.owner, AsyncElement::Qp(qpn));
         dev.retired_qp_counters
             .lock()

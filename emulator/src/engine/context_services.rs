@@ -1,5 +1,5 @@
 //! What an [`EmuContext`] offers beyond the verbs: the QP1 (GSI) slot for a connection
-//! manager, device-level timers, and the device's counters.
+//! manager, device-level timers, the device's counters and its share of a shared port.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,6 +58,19 @@ impl EmuContext {
     /// up: retransmissions, ACK timeouts, RNR and sequence-error NAKs, duplicates ...
     pub fn transport_totals(&self) -> crate::transport::Counters {
         self.dev().transport_totals()
+    }
+
+    /// The slot this process holds on the device's shared port (its QP numbers are
+    /// `slot << 16 | n`, see docs/shared-devices.md); `None` when the process has the
+    /// device's link to itself.
+    pub fn shared_slot(&self) -> Option<u8> {
+        self.dev().link.shared_port().map(|s| s.slot())
+    }
+
+    /// What port sharing did on this process's end (forwarded datagrams, probe rounds, ...);
+    /// `None` when the process has the device's link to itself.
+    pub fn shared_counters(&self) -> Option<&crate::net::shared_port::link::SharedCounters> {
+        self.dev().link.shared_port().map(|s| s.counters())
     }
 
     /// The transport counters of QP `qpn`.

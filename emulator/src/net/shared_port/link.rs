@@ -29,8 +29,10 @@ use super::steering::{self, probe_qpn, PROBE_SLOT};
 const LIVENESS_PERIOD: Duration = Duration::from_millis(250);
 /// How long a re-probe waits for every member to answer.
 const PROBE_WAIT: Duration = Duration::from_secs(1);
-/// How long a join waits for another member's membership change to end.
-const MEMBERSHIP_WAIT: Duration = Duration::from_secs(5);
+/// How long a join waits for other members' membership changes to end: many processes
+/// opening a device at once join one after the other, each probe round waiting for every
+/// member's engine thread to be scheduled on a loaded machine.
+const MEMBERSHIP_WAIT: Duration = Duration::from_secs(30);
 /// Bytes of a probe: a BTH-shaped head naming the index, then the round's number.
 const PROBE_BYTES: usize = 20;
 /// Forwarded datagrams taken per receive call.
@@ -43,7 +45,8 @@ pub struct SharedCounters {
     pub forwarded_out: AtomicU64,
     /// Datagrams another member passed on to this one.
     pub forwarded_in: AtomicU64,
-    /// Datagrams for a slot no live member holds: dropped, as for an unknown QP.
+    /// Datagrams for a slot no live member holds (or whose forwarding queue was full):
+    /// handed to this member's own receive pipeline, which drops them as for an unknown QP.
     pub dropped_for_gone_members: AtomicU64,
     /// Probe rounds this member ran.
     pub probe_rounds: AtomicU64,
@@ -217,6 +220,9 @@ impl SharedLink {
                         if state.steering.iter().any(|&(s, _)| s == slot) {
                             state.reprobe_wanted = true;
                         }
+                        // Delivered here, where no QP has that number: the device's
+                        // pipeline drops it and counts an unknown QP, as hardware does.
+                        return Some(d);
                     }
                 }
                 None
@@ -306,6 +312,10 @@ impl Link for SharedLink {
         let base = u32::from(self.slot()) << 16;
         // 0 and 1 of each slot stay unused, as QP0 and QP1 do in slot 0.
         Some(base + 2..base + 0x1_0000)
+    }
+
+    fn shared_port(&self) -> Option<&SharedLink> {
+        Some(self)
     }
 
     fn pollable(&self) -> bool {
