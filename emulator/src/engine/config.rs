@@ -201,11 +201,7 @@ impl DeviceConfig {
 }
 
 /// The on/off switches the emulator reads from the environment: `0` (off) or `1` (on).
-pub const SWITCH_ENVS: [&str; 3] = [
-    ACK_COALESCING_ENV,
-    crate::net::udp::GSO_ENV,
-    SHARE_PORT_ENV,
-];
+pub const SWITCH_ENVS: [&str; 3] = [ACK_COALESCING_ENV, crate::net::udp::GSO_ENV, SHARE_PORT_ENV];
 /// The pacing rate of qemu socket links, in kbit/s (a positive integer).
 pub const QEMU_PACE_ENV: &str = "SOFTVERBS_QEMU_PACE_KBPS";
 

@@ -142,7 +142,10 @@ impl Device {
     /// A QP number no QP of `qps` (the table, write-locked by the caller) has, from the
     /// link's range ([`Link::qpn_range`]; from [`FIRST_QPN`] up for a link the process has
     /// to itself), going round the range. ENOMEM if every number is taken.
-    pub(crate) fn allocate_qpn(&self, qps: &HashMap<u32, Arc<QpEntry>, IdHash>) -> VerbsResult<u32> {
+    pub(crate) fn allocate_qpn(
+        &self,
+        qps: &HashMap<u32, Arc<QpEntry>, IdHash>,
+    ) -> VerbsResult<u32> {
         let range = &self.qpn_range;
         let len = range.end - range.start;
         // The table holds at most max_qp QPs, so one more try than that finds a free one.
