@@ -73,6 +73,34 @@ impl EmuContext {
         self.dev().link.shared_port().map(|s| s.counters())
     }
 
+    /// Tells the other processes sharing the device that this one listens on CM service
+    /// `service_id`, so that connection and SIDR requests for it reaching them come here.
+    /// EADDRINUSE if another live process listens on it. Nothing to do (Ok) for a device
+    /// the process has to itself.
+    pub fn share_listen(&self, service_id: u64) -> VerbsResult<()> {
+        let Some(shared) = self.dev().link.shared_port() else {
+            return Ok(());
+        };
+        shared.listen(service_id).map_err(|e| VerbsError::Io {
+            errno: if e.kind() == std::io::ErrorKind::AddrInUse {
+                libc::EADDRINUSE
+            } else {
+                e.raw_os_error().unwrap_or(libc::EIO)
+            },
+            message: format!("listening on service {service_id:#018x}: {e}"),
+        })
+    }
+
+    /// Withdraws [`EmuContext::share_listen`] of `service_id` (a failure is logged: a stale
+    /// entry is ignored by the others once this process is gone).
+    pub fn share_unlisten(&self, service_id: u64) {
+        if let Some(shared) = self.dev().link.shared_port() {
+            if let Err(e) = shared.unlisten(service_id) {
+                tracing::debug!(service_id, error = %e, "withdrawing a shared listen");
+            }
+        }
+    }
+
     /// The transport counters of QP `qpn`.
     pub fn qp_counters(&self, qpn: u32) -> VerbsResult<crate::transport::Counters> {
         Ok(self.dev().qp_entry(qpn)?.qp.lock().counters)

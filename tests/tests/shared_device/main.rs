@@ -4,6 +4,7 @@
 //! numbers, and packets reach the process owning their QP.
 
 mod child;
+mod cm;
 mod rc;
 mod roles;
 
@@ -39,6 +40,8 @@ fn member_role() {
         "ud" => roles::ud_role(),
         "ring" => roles::ring_role(),
         "plain" => roles::plain_role(),
+        "cm" => cm::client_role(&words[1..]),
+        "cm_listen" => cm::listen_role(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -268,6 +271,51 @@ fn thirty_two_processes_with_sixteen_qps_each_on_one_device() {
         assert_eq!(member(&dev, c.pid()).map(|m| m.1), Some(16));
     }
     for c in ring {
+        c.finish();
+    }
+}
+
+#[test]
+fn cm_clients_in_other_processes_reach_a_listener_on_the_same_device() {
+    let dev = Dev::new(6);
+    let ctx = dev.open();
+    let listener = cm::listen(&dev);
+    let mut clients: Vec<Child> = (0..2)
+        .map(|k| Child::spawn(&format!("cm {k}"), &dev))
+        .collect();
+    let mut served: Vec<(softverbs::cm::CmId, u64)> =
+        (0..2).map(|_| cm::serve_one(&listener)).collect();
+    served.sort_by_key(|(_, k)| *k);
+    assert_eq!(served.iter().map(|(_, k)| *k).collect::<Vec<_>>(), [0, 1]);
+    for c in &clients {
+        c.expect("ok");
+    }
+    // A third process cannot listen where this one does.
+    let other = Child::spawn("cm_listen", &dev);
+    assert_eq!(
+        num(&other.expect("refused"), "errno"),
+        libc::EADDRINUSE as u64
+    );
+    other.finish();
+    // The clients disconnect: their DREQs reach this process, the DREPs them.
+    let mut forwarded = cm::forwarded(&ctx);
+    for c in clients.iter_mut() {
+        c.send("disconnect");
+    }
+    for (id, _) in &served {
+        id.expect(
+            softverbs::cm::EventType::Disconnected,
+            Duration::from_secs(10),
+        )
+        .unwrap();
+    }
+    for c in &clients {
+        forwarded += num(&c.expect("done"), "forwarded");
+    }
+    // All QP1 datagrams of one address pair hash to one member: the others' MADs reach
+    // their owners through it.
+    assert!(forwarded > 0, "MADs were passed on between the processes");
+    for c in clients {
         c.finish();
     }
 }

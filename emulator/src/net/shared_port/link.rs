@@ -22,6 +22,7 @@ use super::super::batched_io;
 use super::super::udp::UdpLink;
 use super::super::{DatagramView, InDatagram, Link, OutPacket};
 use super::forward::Forwarder;
+use super::mad_route::{qp1_owner, Qp1Owner};
 use super::registry::{MemberInfo, MembershipLock, Registry, SlotClaim};
 use super::steering::{self, probe_qpn, PROBE_SLOT};
 
@@ -202,8 +203,12 @@ impl SharedLink {
             let _ = self.claim.publish(state.info);
             return None;
         }
-        match d.payload.get(5).copied() {
-            // QP0/QP1, a slot-0xFF QPN that is no probe, or too short to say: this member's.
+        let owner = match d.payload.get(5).copied() {
+            Some(0) if d.payload.get(6..8) == Some(&[0, 1]) => self.qp1_owner(d.payload),
+            other => other,
+        };
+        match owner {
+            // QP0, a slot-0xFF QPN that is no probe, or too short to say: this member's.
             None | Some(0) | Some(PROBE_SLOT) => Some(d),
             Some(slot) if slot == self.slot() => Some(d),
             Some(slot) => {
@@ -228,6 +233,34 @@ impl SharedLink {
                 None
             }
         }
+    }
+
+    /// The slot a QP1 datagram goes to (see `mad_route`): `None` (here) when it names no
+    /// other live member.
+    fn qp1_owner(&self, payload: &[u8]) -> Option<u8> {
+        match qp1_owner(payload) {
+            Qp1Owner::Service(sid) => {
+                let listener = self.registry.listener(sid).ok().flatten();
+                listener.map(|(slot, _)| slot)
+            }
+            Qp1Owner::Slot(slot) => Some(slot),
+            Qp1Owner::Here => None,
+        }
+    }
+
+    /// Enters this member as the listener on CM service `service_id`, so that requests
+    /// for it reaching other members come here. `AddrInUse` if another live member
+    /// listens on it.
+    pub fn listen(&self, service_id: u64) -> io::Result<()> {
+        let held = self.registry.lock_membership(MEMBERSHIP_WAIT)?;
+        self.registry
+            .listen(&held, service_id, self.slot(), std::process::id())
+    }
+
+    /// Removes this member's entry for `service_id` (if it has one).
+    pub fn unlisten(&self, service_id: u64) -> io::Result<()> {
+        let held = self.registry.lock_membership(MEMBERSHIP_WAIT)?;
+        self.registry.unlisten(&held, service_id, self.slot())
     }
 
     /// The index and round a probe names, if `d` is one of our device's probes.
