@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -38,6 +38,11 @@ const MEMBERSHIP_WAIT: Duration = Duration::from_secs(30);
 const PROBE_BYTES: usize = 20;
 /// Forwarded datagrams taken per receive call.
 const FORWARDED_PER_CALL: usize = 64;
+/// Receive calls between two looks at the forwarding socket (without a wait that saw
+/// something): bounds the extra delay of a forwarded datagram to a few polls.
+const FORWARDER_CHECK_EVERY: u32 = 16;
+/// Receive calls between two liveness checks (each reads the clock).
+const MEMBERSHIP_CHECK_EVERY: u32 = 64;
 
 /// What port sharing did, for `devices -v` and the tests.
 #[derive(Debug, Default)]
@@ -74,6 +79,10 @@ pub struct SharedLink {
     claim: SlotClaim,
     state: Mutex<State>,
     counters: SharedCounters,
+    /// Receive calls so far (see `recv_ready`).
+    receive_calls: AtomicU32,
+    /// A wait saw a socket readable: the next receive looks at the forwarding socket.
+    forwarder_due: AtomicBool,
 }
 
 impl SharedLink {
@@ -107,6 +116,8 @@ impl SharedLink {
             }),
             claim,
             counters: SharedCounters::default(),
+            receive_calls: AtomicU32::new(0),
+            forwarder_due: AtomicBool::new(true),
         };
         link.claim.publish(link.state.lock().info)?;
         link.reprobe(&held)?;
@@ -368,11 +379,22 @@ impl Link for SharedLink {
             self.udp.socket().as_raw_fd(),
             self.forwarder.as_socket().as_raw_fd(),
         ];
-        batched_io::wait_any_readable(&fds, timeout.min(LIVENESS_PERIOD))
+        let ready = batched_io::wait_any_readable(&fds, timeout.min(LIVENESS_PERIOD))?;
+        // Either socket may be the one: the next receive looks at both.
+        self.forwarder_due.store(ready, Ordering::Relaxed);
+        Ok(ready)
     }
 
     fn recv_ready(&self, max: usize, sink: &mut dyn FnMut(DatagramView<'_>)) -> io::Result<usize> {
-        self.check_membership()?;
+        // A polling application calls this millions of times a second, mostly to find
+        // nothing: the liveness check (a clock read) and the forwarding socket (a system
+        // call) are looked at every few calls, and whenever a wait said something came.
+        let call = self.receive_calls.fetch_add(1, Ordering::Relaxed);
+        if call % MEMBERSHIP_CHECK_EVERY == 0 {
+            self.check_membership()?;
+        }
+        let forwarder_due =
+            self.forwarder_due.swap(false, Ordering::Relaxed) || call % FORWARDER_CHECK_EVERY == 0;
         let mut total = 0;
         while total < max {
             let Some(d) = self.state.lock().pending.pop_front() else {
@@ -381,7 +403,7 @@ impl Link for SharedLink {
             sink(d.view());
             total += 1;
         }
-        while total < max.min(FORWARDED_PER_CALL) {
+        while forwarder_due && total < max.min(FORWARDED_PER_CALL) {
             match self.forwarder.try_recv() {
                 Ok(Some(d)) => {
                     self.counters.forwarded_in.fetch_add(1, Ordering::Relaxed);
