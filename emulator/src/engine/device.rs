@@ -95,6 +95,8 @@ pub struct Device {
     pub(crate) next_qpn: AtomicU32,
     /// The QP numbers this device may hand out (see [`Device::allocate_qpn`]).
     pub(crate) qpn_range: std::ops::Range<u32>,
+    /// The fork count this device was opened under (see `fork_guard`).
+    pub(crate) fork_generation: u64,
 }
 
 impl Device {
@@ -136,6 +138,21 @@ impl Device {
             next_cq: AtomicU32::new(1),
             next_qpn: AtomicU32::new(first_qpn_offset(&qpn_range)),
             qpn_range,
+            fork_generation: super::fork_guard::generation(),
+        }
+    }
+
+    /// Whether this process opened the device (not a parent it was forked from).
+    pub(crate) fn opened_here(&self) -> bool {
+        super::fork_guard::same_process(self.fork_generation)
+    }
+
+    /// EPERM, saying why, in a child forked after the device was opened (see `fork_guard`).
+    pub(crate) fn check_opened_here(&self) -> VerbsResult<()> {
+        if self.opened_here() {
+            Ok(())
+        } else {
+            Err(super::fork_guard::inherited(&self.config.name))
         }
     }
 
@@ -166,6 +183,10 @@ impl Device {
     /// Tells the other processes sharing the device's port how many QPs this one has (what
     /// `softverbs devices -v` shows); nothing for a link the process has alone.
     pub(crate) fn publish_qp_count(&self, qps: usize) {
+        if !self.opened_here() {
+            // The slot is a parent's (see fork_guard).
+            return;
+        }
         if let Some(shared) = self.link.shared_port() {
             if let Err(e) = shared.publish_qps(u32::try_from(qps).unwrap_or(u32::MAX)) {
                 tracing::debug!(device = %self.config.name, error = %e, "publishing the QP count");

@@ -46,6 +46,14 @@ pub fn open_device(name: &str) -> VerbsResult<EmuContext> {
     // A previous instance whose last context just went away may still be closing: wait
     // until it has released its address rather than fail to bind it.
     let mut closing_since = None;
+    // Devices a forked child inherited are its parent's: opened anew here (see fork_guard).
+    let inherited = reg
+        .open
+        .get(name)
+        .is_some_and(|(_, device)| device.upgrade().is_some_and(|device| !device.opened_here()));
+    if inherited {
+        reg.open.remove(name);
+    }
     if let Some((runtime, device)) = reg.open.get(name) {
         if let Some(runtime) = runtime.upgrade() {
             return EmuContext::new(runtime);

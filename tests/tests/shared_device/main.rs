@@ -42,6 +42,7 @@ fn member_role() {
         "plain" => roles::plain_role(),
         "cm" => cm::client_role(&words[1..]),
         "cm_listen" => cm::listen_role(),
+        "fork" => roles::fork_role(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -318,4 +319,29 @@ fn cm_clients_in_other_processes_reach_a_listener_on_the_same_device() {
     for c in clients {
         c.finish();
     }
+}
+
+#[test]
+fn a_forked_child_gets_eperm_on_inherited_objects_and_opens_the_device_anew() {
+    let dev = Dev::new(7);
+    let forker = Child::spawn("fork", &dev);
+    let child = forker.expect("child");
+    let parent = forker.expect("parent");
+    let eperm = libc::EPERM as u64;
+    assert_eq!(
+        (
+            num(&child, "post"),
+            num(&child, "poll"),
+            num(&child, "create")
+        ),
+        (eperm, eperm, eperm),
+        "{child}"
+    );
+    let (child_slot, parent_slot) = (num(&child, "slot"), num(&parent, "slot"));
+    assert_ne!(child_slot, parent_slot, "the child is a member of its own");
+    assert_eq!(num(&child, "qpn") >> 16, child_slot);
+    // The child came and went without touching the parent's share: still its slot, its
+    // two QPs published.
+    assert_eq!(member(&dev, forker.pid()), Some((parent_slot as u8, 2)));
+    forker.finish();
 }

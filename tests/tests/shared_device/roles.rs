@@ -216,3 +216,57 @@ pub fn plain_role() {
     say(&format!("open slot={}", slot_of(&ctx)));
     wait_for_parent();
 }
+
+/// Role `fork`: opens the device, makes a QP, then forks. The child finds every verbs call
+/// on the inherited objects refused with EPERM, opens the device again as a member of its
+/// own (another slot, its QPNs in it) and exits; then this process, whose slot the child
+/// must not have disturbed, makes a second QP.
+pub fn fork_role() {
+    let dev = Dev::from_env();
+    let ctx = dev.open();
+    let slot = slot_of(&ctx);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    let qp = qp_on(&pd, &cq, 4);
+    // SAFETY: the child only makes verbs calls, prints, and leaves with _exit: no lock
+    // another thread of this process could have held at the fork is taken (the engine
+    // thread holds none it shares with these calls while idle; stdout is this thread's).
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let errno = |r: Result<(), i32>| r.err().unwrap_or(0);
+        let post = errno(
+            qp.post_send(&[SendWr::send(1, Vec::new())])
+                .map_err(|e| e.error.errno()),
+        );
+        let poll = errno(
+            cq.poll(&mut [Default::default(); 1])
+                .map(drop)
+                .map_err(|e| e.errno()),
+        );
+        let create = errno(ctx.create_cq(4).map(drop).map_err(|e| e.errno()));
+        let again = dev.open();
+        let own_slot = slot_of(&again);
+        let pd = again.alloc_pd().unwrap();
+        let cq = again.create_cq(4).unwrap();
+        let own = qp_on(&pd, &cq, 4);
+        say(&format!(
+            "child post={post} poll={poll} create={create} slot={own_slot} qpn={:#x}",
+            own.qp_num()
+        ));
+        // SAFETY: ends the child without running the parent's destructors or atexit hooks.
+        unsafe { libc::_exit(0) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child just forked; `status` is a valid out-pointer.
+    let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(waited, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child status {status}"
+    );
+    let second = qp_on(&pd, &cq, 4);
+    assert_eq!(second.qp_num() >> 16, u32::from(slot));
+    say(&format!("parent slot={slot} qpn={:#x}", qp.qp_num()));
+    wait_for_parent();
+}
