@@ -390,11 +390,11 @@ impl Link for SharedLink {
         // nothing: the liveness check (a clock read) and the forwarding socket (a system
         // call) are looked at every few calls, and whenever a wait said something came.
         let call = self.receive_calls.fetch_add(1, Ordering::Relaxed);
-        if call % MEMBERSHIP_CHECK_EVERY == 0 {
+        if call.is_multiple_of(MEMBERSHIP_CHECK_EVERY) {
             self.check_membership()?;
         }
-        let forwarder_due =
-            self.forwarder_due.swap(false, Ordering::Relaxed) || call % FORWARDER_CHECK_EVERY == 0;
+        let forwarder_due = self.forwarder_due.swap(false, Ordering::Relaxed)
+            || call.is_multiple_of(FORWARDER_CHECK_EVERY);
         let mut total = 0;
         while total < max {
             let Some(d) = self.state.lock().pending.pop_front() else {

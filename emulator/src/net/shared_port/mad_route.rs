@@ -76,7 +76,7 @@ mod tests {
 
     #[test]
     fn requests_go_by_service_and_answers_by_the_slot_of_our_id() {
-        let sid = 0x0000_0001_0106_4d2u64;
+        let sid = 0x0000_0001_0106_04d2_u64;
         for a in [attr::REQ, attr::SIDR_REQ] {
             let p = mad(a, &[(0, &[9, 9, 9, 9]), (8, &sid.to_be_bytes())]);
             assert_eq!(qp1_owner(&p), Qp1Owner::Service(sid));
