@@ -110,3 +110,31 @@ pub fn listen_role() {
     say(&format!("refused errno={}", err.errno()));
     wait_for_parent();
 }
+
+/// Port of the SIDR test's UDP listener.
+pub const UD_PORT: u16 = 7291;
+
+/// Role `sidr K`: resolves the UD service on its own device (SIDR_REQ, SIDR_REP), then
+/// sends one datagram to the QP the answer named.
+pub fn sidr_role(args: &[&str]) {
+    let k: u64 = args[0].parse().unwrap();
+    let dev = Dev::from_env();
+    let _ctx = dev.open();
+    let ip = dev.ip.to_string();
+    let info = getaddrinfo(&ip, UD_PORT, Some(&ip), false, PortSpace::Udp).unwrap();
+    let id = create_ep(&info, None, Some(&QpOptions::default())).unwrap();
+    id.connect(&ConnParam::with_private_data(format!("ud {k}").as_bytes()))
+        .unwrap();
+    let est = id.expect(EventType::Established, WAIT).unwrap();
+    let ud = est.ud.clone().expect("UD parameters in the SIDR_REP");
+    let flags = SendFlags::SIGNALED | SendFlags::INLINE;
+    let msg = format!("datagram {k}");
+    id.post_ud_send(4, Local::Inline(msg.as_bytes()), flags, &ud.ah, ud.qp_num)
+        .unwrap();
+    assert_eq!(
+        id.get_send_comp_timeout(WAIT).unwrap().status,
+        WcStatus::Success
+    );
+    say(&format!("sent qpn={:#x}", ud.qp_num));
+    wait_for_parent();
+}

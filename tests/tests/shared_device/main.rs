@@ -43,6 +43,7 @@ fn member_role() {
         "cm" => cm::client_role(&words[1..]),
         "cm_listen" => cm::listen_role(),
         "fork" => roles::fork_role(),
+        "sidr" => cm::sidr_role(&words[1..]),
         other => panic!("unknown role {other}"),
     }
 }
@@ -344,4 +345,32 @@ fn a_forked_child_gets_eperm_on_inherited_objects_and_opens_the_device_anew() {
     // two QPs published.
     assert_eq!(member(&dev, forker.pid()), Some((parent_slot as u8, 2)));
     forker.finish();
+}
+
+#[test]
+fn sidr_from_another_process_on_the_same_device_resolves_and_delivers() {
+    use softverbs::cm::{create_ep, getaddrinfo, ConnParam, PortSpace, QpOptions};
+    let dev = Dev::new(8);
+    let _ctx = dev.open();
+    let info = getaddrinfo(&dev.ip.to_string(), cm::UD_PORT, None, true, PortSpace::Udp).unwrap();
+    let listener = create_ep(&info, None, None).unwrap();
+    listener.listen(4).unwrap();
+    let client = Child::spawn("sidr 3", &dev);
+    let (id, req) = listener.get_request(Duration::from_secs(10)).unwrap();
+    assert_eq!(&req.private_data[..4], b"ud 3");
+    id.create_qp(None, &QpOptions::default()).unwrap();
+    let landing = id
+        .reg_msgs(softverbs::RdmaBuffer::new(40 + 64).unwrap())
+        .unwrap();
+    id.post_recv(3, &landing, 0, 40 + 64).unwrap();
+    id.accept(&ConnParam::with_private_data(b"ud!")).unwrap();
+    let sent = client.expect("sent");
+    assert_eq!(num(&sent, "qpn") as u32, id.qp().unwrap().qp_num());
+    let wc = id.get_recv_comp_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (3, WcStatus::Success, 40 + 10)
+    );
+    assert_eq!(&landing.to_vec()[40..50], b"datagram 3");
+    client.finish();
 }
