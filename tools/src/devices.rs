@@ -1,11 +1,14 @@
 //! `softverbs devices`: the devices of both backends; with `-v` what `ibv_devinfo -v` shows
 //! (attributes and limits, each port's state and MTUs, the GID table with types) plus the
-//! emulated device's counters; `--json` for one machine-readable document.
+//! emulated device's counters and the processes sharing it (each one's slot, pid and QP
+//! count, from the device's registry); `--json` for one machine-readable document.
 
 use std::process::ExitCode;
 
 use softverbs::select::Provider;
 use softverbs::{Context, DeviceInfo, GidType, PortState, VerbsResult};
+
+use softverbs_emu::net::shared_port::registry::Registry;
 
 use crate::json::json_str;
 
@@ -39,6 +42,19 @@ struct Details {
     ports: Vec<(u8, softverbs::PortAttr, Vec<softverbs::GidEntry>)>,
     /// Named counters of the emulated device (this process's traffic on it).
     counters: Vec<(&'static str, u64)>,
+    /// The processes sharing the emulated device's port, this one included (it opened
+    /// the device to describe it); empty for a device not shared.
+    sharing: Vec<Sharer>,
+}
+
+/// One process sharing an emulated device.
+struct Sharer {
+    slot: u8,
+    pid: u32,
+    /// Its command name (`/proc/PID/comm`), when readable.
+    command: String,
+    /// QPs it has open (what it last published).
+    qps: u32,
 }
 
 /// Runs the subcommand.
@@ -126,7 +142,42 @@ fn details(info: &DeviceInfo) -> VerbsResult<Details> {
         attr,
         ports,
         counters: counters(&ctx),
+        sharing: sharing(&ctx)?,
     })
+}
+
+/// Who shares the emulated device `ctx` is open on, by slot (see docs/shared-devices.md).
+fn sharing(ctx: &Context) -> VerbsResult<Vec<Sharer>> {
+    let Some(emu) = ctx.emulator() else {
+        return Ok(Vec::new());
+    };
+    if emu.shared_slot().is_none() {
+        return Ok(Vec::new());
+    }
+    let addr = emu.local_addr();
+    let io = |e: std::io::Error| softverbs::VerbsError::Io {
+        errno: e.raw_os_error().unwrap_or(libc::EIO),
+        message: format!("reading the registry of {addr}: {e}"),
+    };
+    let registry = Registry::for_device(addr.ip(), addr.port()).map_err(io)?;
+    Ok(registry
+        .members()
+        .map_err(io)?
+        .into_iter()
+        // A slot whose holder has not published yet (it is joining) is left out.
+        .filter_map(|(slot, info)| {
+            let info = info?;
+            let command = std::fs::read_to_string(format!("/proc/{}/comm", info.pid))
+                .map(|c| c.trim().to_string())
+                .unwrap_or_default();
+            Some(Sharer {
+                slot,
+                pid: info.pid,
+                command,
+                qps: info.qps,
+            })
+        })
+        .collect())
 }
 
 /// The emulated device's counters, by name (none for an rdma-core device): the transport's,
@@ -281,6 +332,20 @@ fn print_text(shown: &[Shown], selected: &str) {
                 );
             }
         }
+        if !x.sharing.is_empty() {
+            println!("\tshared by {} processes:", x.sharing.len());
+            for p in &x.sharing {
+                let this = if p.pid == std::process::id() {
+                    ", this one"
+                } else {
+                    ""
+                };
+                println!(
+                    "\t\tslot {:>3}\tpid {:>7} ({}{this})\tqps {}",
+                    p.slot, p.pid, p.command, p.qps
+                );
+            }
+        }
         if !x.counters.is_empty() {
             println!("\tcounters (this process):");
             for (name, v) in &x.counters {
@@ -376,6 +441,21 @@ fn device_json(d: &Shown) -> String {
             .map(|(k, v)| format!("\"{k}\":{v}"))
             .collect();
         fields.push(format!("\"counters\":{{{}}}", counters.join(",")));
+        let sharing: Vec<String> = x
+            .sharing
+            .iter()
+            .map(|p| {
+                format!(
+                    "{{\"slot\":{},\"pid\":{},\"command\":{},\"qps\":{},\"this\":{}}}",
+                    p.slot,
+                    p.pid,
+                    json_str(&p.command),
+                    p.qps,
+                    p.pid == std::process::id()
+                )
+            })
+            .collect();
+        fields.push(format!("\"processes\":[{}]", sharing.join(",")));
     }
     format!("{{{}}}", fields.join(","))
 }

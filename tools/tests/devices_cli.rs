@@ -85,3 +85,47 @@ fn a_device_that_cannot_be_opened_is_shown_with_why() {
     let err = doc["devices"][0]["error"].as_str().expect("error");
     assert!(err.contains("in use"), "{err}");
 }
+
+/// Processes sharing a device are listed with their slots, pids and QP counts: this test
+/// process holds the device open with three QPs while `softverbs devices -v` looks.
+#[test]
+fn verbose_lists_the_processes_sharing_a_device_and_their_qps() {
+    let ip: std::net::IpAddr = "127.24.8.6".parse().unwrap();
+    softverbs::register_device(softverbs::DeviceConfig::new("sharing", ip)).unwrap();
+    let ctx = softverbs::Context::open("sharing").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(4).unwrap();
+    let _qps: Vec<_> = (0..3)
+        .map(|_| pd.qp_builder().build(&cq, &cq).unwrap())
+        .collect();
+    let slot = ctx.emulator().unwrap().shared_slot().expect("shared");
+    let (ok, out) = devices(&["-v", "--json"], "sharing=127.24.8.6");
+    assert!(ok, "{out}");
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let procs = doc["devices"][0]["processes"]
+        .as_array()
+        .expect("processes");
+    assert_eq!(procs.len(), 2, "this test and the command itself: {out}");
+    let me = procs
+        .iter()
+        .find(|p| p["pid"] == std::process::id())
+        .expect("this process is listed");
+    assert_eq!(
+        (me["slot"].as_u64(), me["qps"].as_u64()),
+        (Some(u64::from(slot)), Some(3))
+    );
+    assert_eq!(me["this"], false);
+    let tool = procs
+        .iter()
+        .find(|p| p["this"] == true)
+        .expect("the command");
+    assert_eq!(tool["qps"], 0);
+    assert_ne!(tool["slot"], me["slot"]);
+
+    let (ok, out) = devices(&["-v", "-d", "sharing"], "sharing=127.24.8.6");
+    assert!(ok, "{out}");
+    assert!(out.contains("shared by 2 processes:"), "{out}");
+    let line = format!("pid {:>7} (", std::process::id());
+    let mine = out.lines().find(|l| l.contains(&line)).expect(&out);
+    assert!(mine.ends_with("qps 3"), "{mine}");
+}

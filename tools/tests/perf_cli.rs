@@ -512,3 +512,23 @@ fn pairs_run_alone_then_together_and_every_pair_counts_its_round_trips() {
     let worst = field(&json, "worst_median_over_alone");
     assert!(worst.is_finite() && worst > 0.0, "{json}");
 }
+
+/// `--shared`: the same test between two processes on one shared device and on two
+/// devices, in one command, with both figures and their ratio; misuse is refused.
+#[test]
+fn shared_compares_one_device_with_two_in_one_command() {
+    let o = perf(&["send_lat", "--shared", "-s", "8", "-n", "50", "--json"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let (two, one) = (field(&out, "two_devices"), field(&out, "one_shared_device"));
+    assert!(two > 0.0 && one > 0.0, "{out}");
+    let ratio = field(&out, "ratio");
+    assert!((ratio - one / two).abs() < 1e-6 * ratio.max(1.0), "{out}");
+    let o = perf(&["write_bw", "--shared", "--loopback"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("--shared runs its own two processes"),
+        "{}",
+        text(&o)
+    );
+}

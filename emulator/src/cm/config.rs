@@ -53,6 +53,10 @@ pub struct CmConfig {
     pub max_sidr: usize,
     /// Queued MAD sends at most; sends beyond it are dropped (and counted), then retried.
     pub max_queued_sends: usize,
+    /// The top byte of every local communication ID and SIDR request ID, when set: on a
+    /// device shared by several processes, the slot of this one, so that the MADs
+    /// answering those IDs reach it. `None`: IDs from the whole 32-bit space.
+    pub comm_id_prefix: Option<u8>,
 }
 
 impl CmConfig {
@@ -71,6 +75,7 @@ impl CmConfig {
             max_listeners: 64,
             max_sidr: 256,
             max_queued_sends: 4096,
+            comm_id_prefix: None,
         }
     }
 }

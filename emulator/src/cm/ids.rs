@@ -21,11 +21,18 @@ impl IdGen {
         z ^ (z >> 31)
     }
 
-    /// A non-zero ID for which `in_use` is false, or None after 64 tries (a nearly full
-    /// space; the caller reports the table full).
-    pub fn comm_id(&mut self, in_use: impl Fn(u32) -> bool) -> Option<u32> {
+    /// A non-zero ID for which `in_use` is false, with `prefix` as its top byte when given
+    /// (a shared device's slot), or None after 64 tries (a nearly full space; the caller
+    /// reports the table full).
+    pub fn comm_id(&mut self, prefix: Option<u8>, in_use: impl Fn(u32) -> bool) -> Option<u32> {
         (0..64)
-            .map(|_| self.next_u64() as u32)
+            .map(|_| {
+                let id = self.next_u64() as u32;
+                match prefix {
+                    Some(p) => (u32::from(p) << 24) | (id & 0x00ff_ffff),
+                    None => id,
+                }
+            })
             .find(|&id| id != 0 && !in_use(id))
     }
 
@@ -44,14 +51,21 @@ mod tests {
         let mut g = IdGen::new(7);
         let mut seen = std::collections::HashSet::new();
         for _ in 0..1000 {
-            let id = g.comm_id(|id| seen.contains(&id)).unwrap();
+            let id = g.comm_id(None, |id| seen.contains(&id)).unwrap();
             assert!(seen.insert(id));
         }
         assert_ne!(
-            IdGen::new(1).comm_id(|_| false),
-            IdGen::new(2).comm_id(|_| false)
+            IdGen::new(1).comm_id(None, |_| false),
+            IdGen::new(2).comm_id(None, |_| false)
         );
         assert!(IdGen::new(3).psn() <= 0xff_ffff);
-        assert_eq!(IdGen::new(3).comm_id(|_| true), None);
+        assert_eq!(IdGen::new(3).comm_id(None, |_| true), None);
+        // A shared device's slot is the top byte of every ID, the rest still random.
+        let mut g = IdGen::new(9);
+        let ids: std::collections::HashSet<u32> = (0..100)
+            .map(|_| g.comm_id(Some(0x2a), |_| false).unwrap())
+            .collect();
+        assert!(ids.iter().all(|id| id >> 24 == 0x2a));
+        assert_eq!(ids.len(), 100);
     }
 }

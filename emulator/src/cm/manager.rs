@@ -224,7 +224,9 @@ impl CmManager {
     pub(super) fn new_comm_id(&mut self) -> Result<u32, CmError> {
         let (conns, sidrs) = (&self.conns, &self.sidrs);
         self.ids
-            .comm_id(|id| conns.contains_key(&id) || sidrs.contains_key(&id))
+            .comm_id(self.cfg.comm_id_prefix, |id| {
+                conns.contains_key(&id) || sidrs.contains_key(&id)
+            })
             .ok_or(CmError::TableFull("communication ID"))
     }
 

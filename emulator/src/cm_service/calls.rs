@@ -29,16 +29,23 @@ impl CmService {
         port: u16,
         sink: Arc<dyn CmEventSink>,
     ) -> Result<u64, CmError> {
-        self.with_core(|st, _| {
+        let sid = self.with_core(|st, _| {
             let sid = st.mgr.listen(space, port)?;
             st.listeners.insert(sid, sink);
             Ok(sid)
-        })
+        })?;
+        // Other processes sharing the device pass requests for it on to this one.
+        if self.ctx.share_listen(sid).is_err() {
+            let _ = self.unlisten(space, port);
+            return Err(CmError::AddressInUse(sid));
+        }
+        Ok(sid)
     }
 
     /// Stops listening on `space`/`port`; requests already delivered are not affected.
     pub fn unlisten(&self, space: PortSpace, port: u16) -> Result<(), CmError> {
         let sid = ip_service_id(space, port);
+        self.ctx.share_unlisten(sid);
         self.with_core(|st, _| {
             st.listeners.remove(&sid);
             st.mgr.unlisten(sid)

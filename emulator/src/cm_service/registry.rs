@@ -26,7 +26,10 @@ impl CmService {
         }
         let ip = ctx.local_addr().ip();
         let guid = ctx.query_device()?.node_guid;
-        let cfg = CmConfig::new(ip, guid, fresh_seed());
+        let mut cfg = CmConfig::new(ip, guid, fresh_seed());
+        // On a shared device, the IDs MADs answer name this process's slot (see
+        // net::shared_port::mad_route).
+        cfg.comm_id_prefix = ctx.shared_slot();
         let service = CmService::new(ctx.clone(), CmManager::new(cfg));
         ctx.set_gsi_handler(Some(Arc::new(GsiInlet {
             service: Arc::downgrade(&service),

@@ -66,7 +66,16 @@ pub struct DeviceConfig {
     pub ack_coalescing: bool,
     /// What the device reports and enforces (rxe's limits unless set smaller).
     pub limits: super::limits::DeviceLimits,
+    /// A UDP device's port is shared with the other processes that open the device (each
+    /// joins the port's `SO_REUSEPORT` group and gets QP numbers of its own, see
+    /// docs/shared-devices.md), as every process on a host shares a real NIC. On unless
+    /// `SOFTVERBS_SHARE_PORT=0`; off, the device binds its port alone and a second process
+    /// opening it gets EADDRINUSE.
+    pub share_port: bool,
 }
+
+/// The environment variable that turns port sharing off (`0`) for every UDP device.
+pub const SHARE_PORT_ENV: &str = "SOFTVERBS_SHARE_PORT";
 
 /// The environment variable that turns ACK coalescing off (`0`) for every device.
 pub const ACK_COALESCING_ENV: &str = "SOFTVERBS_ACK_COALESCING";
@@ -83,6 +92,7 @@ impl DeviceConfig {
             faults: None,
             ack_coalescing: std::env::var(ACK_COALESCING_ENV).map_or(true, |v| v != "0"),
             limits: super::limits::DeviceLimits::default(),
+            share_port: std::env::var(SHARE_PORT_ENV).map_or(true, |v| v != "0"),
         }
     }
 
@@ -191,7 +201,7 @@ impl DeviceConfig {
 }
 
 /// The on/off switches the emulator reads from the environment: `0` (off) or `1` (on).
-pub const SWITCH_ENVS: [&str; 2] = [ACK_COALESCING_ENV, crate::net::udp::GSO_ENV];
+pub const SWITCH_ENVS: [&str; 3] = [ACK_COALESCING_ENV, crate::net::udp::GSO_ENV, SHARE_PORT_ENV];
 /// The pacing rate of qemu socket links, in kbit/s (a positive integer).
 pub const QEMU_PACE_ENV: &str = "SOFTVERBS_QEMU_PACE_KBPS";
 

@@ -133,6 +133,8 @@ impl EmuContext {
         call: impl FnOnce(&mut TransportQp, &Env<'_>, &mut Outputs) -> Result<(), PostError>,
     ) -> Result<(), PostError> {
         let dev = self.dev();
+        dev.check_opened_here()
+            .map_err(|error| PostError { index: 0, error })?;
         let entry = dev
             .qp_entry(qpn)
             .map_err(|error| PostError { index: 0, error })?;
@@ -166,6 +168,7 @@ impl VerbsContext for EmuContext {
     }
 
     fn alloc_pd(&self) -> VerbsResult<u32> {
+        self.dev().check_opened_here()?;
         let mut pds = self.dev().pds.lock();
         DeviceLimits::room("PD", pds.len(), self.dev().config.limits.max_pd)?;
         let pd = self.dev().next_pd.fetch_add(1, Ordering::Relaxed);
@@ -188,6 +191,7 @@ impl VerbsContext for EmuContext {
     }
 
     fn reg_mr(&self, pd: u32, addr: u64, length: u64, access: AccessFlags) -> VerbsResult<MrKeys> {
+        self.dev().check_opened_here()?;
         self.dev().check_pd(pd)?;
         self.dev().mem.register(pd, addr, length, access)
     }
@@ -197,6 +201,7 @@ impl VerbsContext for EmuContext {
     }
 
     fn create_cq(&self, cqe: u32, channel: Option<u32>) -> VerbsResult<(u32, u32)> {
+        self.dev().check_opened_here()?;
         self.dev().config.limits.check_cqe(cqe)?;
         // Held until the CQ is attached, so that the channel cannot be destroyed meanwhile.
         let channels = self.local.channels.lock();
@@ -239,6 +244,8 @@ impl VerbsContext for EmuContext {
 
     fn poll_cq(&self, cq: u32, out: &mut [WorkCompletion]) -> VerbsResult<usize> {
         let dev = self.dev();
+        // A forked child polling would take its parent's datagrams off the shared socket.
+        dev.check_opened_here()?;
         // ACKs deferred by this thread's last receive: the application is back, so they
         // leave now unless a post already took them.
         dev.flush_deferred_acks();
@@ -253,6 +260,7 @@ impl VerbsContext for EmuContext {
 
     fn create_qp(&self, pd: u32, init: &QpInitAttr) -> VerbsResult<(u32, QpCap)> {
         let dev = self.dev();
+        dev.check_opened_here()?;
         dev.check_pd(pd)?;
         let srq = init.srq.map(|id| dev.srq(id)).transpose()?;
         let mut c = init.cap;
@@ -269,7 +277,7 @@ impl VerbsContext for EmuContext {
         let recv_cq = dev.cq(init.recv_cq)?;
         let mut qps = dev.qps.write();
         DeviceLimits::room("QP", qps.len(), dev.config.limits.max_qp)?;
-        let qpn = dev.next_qpn.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
+        let qpn = dev.allocate_qpn(&qps)?;
         let granted = QpCap {
             max_send_sge: c.max_send_sge.max(1),
             max_recv_sge: if srq.is_some() {
@@ -294,11 +302,13 @@ impl VerbsContext for EmuContext {
                 owner: self.local.id,
             }),
         );
+        dev.publish_qp_count(qps.len());
         Ok((qpn, granted))
     }
 
     fn modify_qp(&self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> VerbsResult<()> {
         let dev = self.dev();
+        dev.check_opened_here()?;
         let entry = dev.qp_entry(qpn)?;
         let limits = ModifyLimits {
             max_qp_rd_atom: dev.config.limits.max_rd_atomic,
@@ -330,11 +340,14 @@ impl VerbsContext for EmuContext {
 
     fn destroy_qp(&self, qpn: u32) -> VerbsResult<()> {
         let dev = self.dev();
-        let entry = dev
-            .qps
-            .write()
-            .remove(&qpn)
-            .ok_or_else(|| VerbsError::NotFound(format!("no QP {qpn:#x}")))?;
+        let entry = {
+            let mut qps = dev.qps.write();
+            let entry = qps
+                .remove(&qpn)
+                .ok_or_else(|| VerbsError::NotFound(format!("no QP {qpn:#x}")))?;
+            dev.publish_qp_count(qps.len());
+            entry
+        };
         dev.forget_async(entry.owner, AsyncElement::Qp(qpn));
         dev.retired_qp_counters
             .lock()

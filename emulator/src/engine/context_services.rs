@@ -1,5 +1,5 @@
 //! What an [`EmuContext`] offers beyond the verbs: the QP1 (GSI) slot for a connection
-//! manager, device-level timers, and the device's counters.
+//! manager, device-level timers, the device's counters and its share of a shared port.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,6 +58,47 @@ impl EmuContext {
     /// up: retransmissions, ACK timeouts, RNR and sequence-error NAKs, duplicates ...
     pub fn transport_totals(&self) -> crate::transport::Counters {
         self.dev().transport_totals()
+    }
+
+    /// The slot this process holds on the device's shared port (its QP numbers are
+    /// `slot << 16 | n`, see docs/shared-devices.md); `None` when the process has the
+    /// device's link to itself.
+    pub fn shared_slot(&self) -> Option<u8> {
+        self.dev().link.shared_port().map(|s| s.slot())
+    }
+
+    /// What port sharing did on this process's end (forwarded datagrams, probe rounds, ...);
+    /// `None` when the process has the device's link to itself.
+    pub fn shared_counters(&self) -> Option<&crate::net::shared_port::link::SharedCounters> {
+        self.dev().link.shared_port().map(|s| s.counters())
+    }
+
+    /// Tells the other processes sharing the device that this one listens on CM service
+    /// `service_id`, so that connection and SIDR requests for it reaching them come here.
+    /// EADDRINUSE if another live process listens on it. Nothing to do (Ok) for a device
+    /// the process has to itself.
+    pub fn share_listen(&self, service_id: u64) -> VerbsResult<()> {
+        let Some(shared) = self.dev().link.shared_port() else {
+            return Ok(());
+        };
+        shared.listen(service_id).map_err(|e| VerbsError::Io {
+            errno: if e.kind() == std::io::ErrorKind::AddrInUse {
+                libc::EADDRINUSE
+            } else {
+                e.raw_os_error().unwrap_or(libc::EIO)
+            },
+            message: format!("listening on service {service_id:#018x}: {e}"),
+        })
+    }
+
+    /// Withdraws [`EmuContext::share_listen`] of `service_id` (a failure is logged: a stale
+    /// entry is ignored by the others once this process is gone).
+    pub fn share_unlisten(&self, service_id: u64) {
+        if let Some(shared) = self.dev().link.shared_port() {
+            if let Err(e) = shared.unlisten(service_id) {
+                tracing::debug!(service_id, error = %e, "withdrawing a shared listen");
+            }
+        }
     }
 
     /// The transport counters of QP `qpn`.

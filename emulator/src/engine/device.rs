@@ -91,13 +91,22 @@ pub struct Device {
     pub(crate) next_pd: AtomicU32,
     pub(crate) next_srq: AtomicU32,
     pub(crate) next_cq: AtomicU32,
+    /// Where [`Device::allocate_qpn`] goes on from (an offset into `qpn_range`).
     pub(crate) next_qpn: AtomicU32,
+    /// The QP numbers this device may hand out (see [`Device::allocate_qpn`]).
+    pub(crate) qpn_range: std::ops::Range<u32>,
+    /// The fork count this device was opened under (see `fork_guard`).
+    pub(crate) fork_generation: u64,
 }
 
 impl Device {
     /// A device on `link`.
     pub(crate) fn new(config: DeviceConfig, link: Box<dyn Link>) -> Device {
         let limits = config.limits;
+        let qpn_range = link
+            .qpn_range()
+            .filter(|r| r.start < r.end && r.end <= MAX_QPN + 1)
+            .unwrap_or(FIRST_QPN..MAX_QPN + 1);
         Device {
             config,
             mem: MrTable::with_windows(limits.max_mr, limits.max_mw),
@@ -127,7 +136,61 @@ impl Device {
             next_pd: AtomicU32::new(1),
             next_srq: AtomicU32::new(1),
             next_cq: AtomicU32::new(1),
-            next_qpn: AtomicU32::new(FIRST_QPN),
+            next_qpn: AtomicU32::new(first_qpn_offset(&qpn_range)),
+            qpn_range,
+            fork_generation: super::fork_guard::generation(),
+        }
+    }
+
+    /// Whether this process opened the device (not a parent it was forked from).
+    pub(crate) fn opened_here(&self) -> bool {
+        super::fork_guard::same_process(self.fork_generation)
+    }
+
+    /// EPERM, saying why, in a child forked after the device was opened (see `fork_guard`).
+    pub(crate) fn check_opened_here(&self) -> VerbsResult<()> {
+        if self.opened_here() {
+            Ok(())
+        } else {
+            Err(super::fork_guard::inherited(&self.config.name))
+        }
+    }
+
+    /// A QP number no QP of `qps` (the table, write-locked by the caller) has, from the
+    /// link's range ([`Link::qpn_range`]; from [`FIRST_QPN`] up for a link the process has
+    /// to itself), going round the range. ENOMEM if every number is taken.
+    pub(crate) fn allocate_qpn(
+        &self,
+        qps: &HashMap<u32, Arc<QpEntry>, IdHash>,
+    ) -> VerbsResult<u32> {
+        let range = &self.qpn_range;
+        let len = range.end - range.start;
+        // The table holds at most max_qp QPs, so one more try than that finds a free one.
+        let tries = len.min(self.config.limits.max_qp.saturating_add(1));
+        for _ in 0..tries {
+            let n = self.next_qpn.fetch_add(1, Ordering::Relaxed) % len;
+            let qpn = range.start + n;
+            if !qps.contains_key(&qpn) {
+                return Ok(qpn);
+            }
+        }
+        Err(VerbsError::nomem(format!(
+            "every QP number of {:#x}..{:#x} is taken",
+            range.start, range.end
+        )))
+    }
+
+    /// Tells the other processes sharing the device's port how many QPs this one has (what
+    /// `softverbs devices -v` shows); nothing for a link the process has alone.
+    pub(crate) fn publish_qp_count(&self, qps: usize) {
+        if !self.opened_here() {
+            // The slot is a parent's (see fork_guard).
+            return;
+        }
+        if let Some(shared) = self.link.shared_port() {
+            if let Err(e) = shared.publish_qps(u32::try_from(qps).unwrap_or(u32::MAX)) {
+                tracing::debug!(device = %self.config.name, error = %e, "publishing the QP count");
+            }
         }
     }
 
@@ -283,6 +346,23 @@ impl Device {
     pub(crate) fn now_ns(&self) -> u64 {
         self.clock.now_ns()
     }
+}
+
+/// Largest QP number (24 bits; 0xFFFFFF itself is the multicast QPN).
+const MAX_QPN: u32 = 0x00ff_fffe;
+
+/// Where a device's QP numbers start in its range: at the range's start for a device the
+/// process has alone (the first QP is [`FIRST_QPN`], as in rxe); at a random place of a
+/// shared port's range, so that a process taking over the slot of one that died does not
+/// hand out the numbers its predecessor's peers may still be sending to.
+fn first_qpn_offset(range: &std::ops::Range<u32>) -> u32 {
+    if range.start == FIRST_QPN {
+        return 0;
+    }
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    (h.finish() as u32) % (range.end - range.start).max(1)
 }
 
 /// The error of a call naming a CQ the device does not have.

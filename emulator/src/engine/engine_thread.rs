@@ -343,6 +343,13 @@ impl DeviceRuntime {
 
 impl Drop for DeviceRuntime {
     fn drop(&mut self) {
+        if !self.device.opened_here() {
+            // A forked child: the engine thread is the parent's (there is none here to
+            // join), and the device's socket and slot are the parent's too. The device
+            // stays as it is (the missing thread keeps its reference forever).
+            std::mem::forget(self.worker.take());
+            return;
+        }
         self.device.shutdown.store(true, Ordering::Release);
         if let Some(worker) = self.worker.take() {
             let _ = worker.join();

@@ -9,7 +9,9 @@
 //! transport call on a QP and the delivery of what it produced, with the ACK hold of
 //! `ack_hold`); `engine_thread` (the thread that receives and fires timers, and the
 //! `DeviceRuntime` that owns it); `context` (the [`softverbs_api::VerbsContext`] impl over
-//! them). `device_list` and `registry` find and open devices; `event_queue` is the one
+//! them). `device_list` and `registry` find and open devices (a UDP device as one member
+//! of the processes sharing its port, see docs/shared-devices.md), `fork_guard` keeps a
+//! forked child off the devices it inherited; `event_queue` is the one
 //! fd-backed event queue under completion channels (`comp_channel`) and async events
 //! (`async_events`).
 
@@ -30,6 +32,7 @@ pub mod device_timers;
 pub mod engine_thread;
 pub mod event_fd;
 pub mod event_queue;
+mod fork_guard;
 pub mod gsi;
 mod id_hash;
 pub mod limits;

@@ -16,6 +16,7 @@ use super::engine_thread::DeviceRuntime;
 use crate::net::channel::ChannelLink;
 use crate::net::fault::{FaultCounters, FaultyLink};
 use crate::net::qemu_socket::QemuSocketLink;
+use crate::net::shared_port::link::SharedLink;
 use crate::net::udp::UdpLink;
 use crate::net::Link;
 
@@ -45,6 +46,14 @@ pub fn open_device(name: &str) -> VerbsResult<EmuContext> {
     // A previous instance whose last context just went away may still be closing: wait
     // until it has released its address rather than fail to bind it.
     let mut closing_since = None;
+    // Devices a forked child inherited are its parent's: opened anew here (see fork_guard).
+    let inherited = reg
+        .open
+        .get(name)
+        .is_some_and(|(_, device)| device.upgrade().is_some_and(|device| !device.opened_here()));
+    if inherited {
+        reg.open.remove(name);
+    }
     if let Some((runtime, device)) = reg.open.get(name) {
         if let Some(runtime) = runtime.upgrade() {
             return EmuContext::new(runtime);
@@ -95,6 +104,26 @@ pub fn open_device(name: &str) -> VerbsResult<EmuContext> {
 fn bind_link(config: &DeviceConfig) -> VerbsResult<Box<dyn Link>> {
     let name = &config.name;
     Ok(match &config.link {
+        LinkConfig::Udp if config.share_port => Box::new(
+            SharedLink::join(config.ip, config.udp_port).map_err(|e| VerbsError::Io {
+                errno: e.raw_os_error().unwrap_or(match e.kind() {
+                    std::io::ErrorKind::AddrInUse => libc::EADDRINUSE,
+                    std::io::ErrorKind::TimedOut => libc::ETIMEDOUT,
+                    _ => libc::EIO,
+                }),
+                message: format!(
+                    "joining the processes sharing {}:{} for {name}: {e}{}",
+                    config.ip,
+                    config.udp_port,
+                    if e.raw_os_error() == Some(libc::EADDRINUSE) {
+                        " (a process holds the port without sharing it: kernel rxe, or a \
+                         softverbs process with SOFTVERBS_SHARE_PORT=0)"
+                    } else {
+                        ""
+                    }
+                ),
+            })?,
+        ),
         LinkConfig::Udp => {
             Box::new(
                 UdpLink::bind(config.ip, config.udp_port).map_err(|e| VerbsError::Io {

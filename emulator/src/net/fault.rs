@@ -385,6 +385,14 @@ impl Link for FaultyLink {
         self.inner.local_addr()
     }
 
+    fn qpn_range(&self) -> Option<std::ops::Range<u32>> {
+        self.inner.qpn_range()
+    }
+
+    fn shared_port(&self) -> Option<&crate::net::shared_port::link::SharedLink> {
+        self.inner.shared_port()
+    }
+
     fn finalize(&self, packet: &mut OutPacket) -> io::Result<()> {
         self.inner.finalize(packet)
     }

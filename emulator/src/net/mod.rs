@@ -143,6 +143,12 @@ pub trait Link: Send + Sync {
         None
     }
 
+    /// The member's end of a shared port, when this link is one (or wraps one): its slot,
+    /// counters and registry entry. `None` for a link the process has to itself.
+    fn shared_port(&self) -> Option<&shared_port::link::SharedLink> {
+        None
+    }
+
     /// Whether [`Link::wait_readable`] and [`Link::recv_ready`] are real: waiting without
     /// receiving, and receiving without waiting. Then the engine thread and polling
     /// applications can share the receive path; a link answering `false` is only ever used

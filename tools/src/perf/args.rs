@@ -183,6 +183,11 @@ pub struct PerfArgs {
     /// pair's (how fairly a busy process shares the emulator, as test threads do).
     #[arg(long, default_value_t = 1)]
     pub pairs: u32,
+    /// Two processes on one shared device against two processes on two devices (each
+    /// bound alone, as before sharing), in alternating rounds (--rounds) of this command;
+    /// prints each placement's median and their ratio (see docs/shared-devices.md).
+    #[arg(long)]
+    pub shared: bool,
     /// Machine-readable output (one JSON document on stdout).
     #[arg(long)]
     pub json: bool,

@@ -18,6 +18,7 @@ mod results;
 mod run;
 mod sequence;
 mod setup;
+mod shared;
 mod udp_baseline;
 
 pub use args::{PerfArgs, TestKind};
@@ -27,6 +28,16 @@ use std::process::ExitCode;
 
 /// Runs `softverbs perf`; exit code 0 only if every run completed and verified.
 pub fn run(args: &PerfArgs) -> ExitCode {
+    if args.shared {
+        // Its own pair of runs per placement: the settings are checked by those.
+        return match shared::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("softverbs perf --shared: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let settings = match args.settings() {
         Ok(s) => s,
         Err(message) => {

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -22,6 +22,7 @@ use super::super::batched_io;
 use super::super::udp::UdpLink;
 use super::super::{DatagramView, InDatagram, Link, OutPacket};
 use super::forward::Forwarder;
+use super::mad_route::{qp1_owner, Qp1Owner};
 use super::registry::{MemberInfo, MembershipLock, Registry, SlotClaim};
 use super::steering::{self, probe_qpn, PROBE_SLOT};
 
@@ -29,12 +30,19 @@ use super::steering::{self, probe_qpn, PROBE_SLOT};
 const LIVENESS_PERIOD: Duration = Duration::from_millis(250);
 /// How long a re-probe waits for every member to answer.
 const PROBE_WAIT: Duration = Duration::from_secs(1);
-/// How long a join waits for another member's membership change to end.
-const MEMBERSHIP_WAIT: Duration = Duration::from_secs(5);
+/// How long a join waits for other members' membership changes to end: many processes
+/// opening a device at once join one after the other, each probe round waiting for every
+/// member's engine thread to be scheduled on a loaded machine.
+const MEMBERSHIP_WAIT: Duration = Duration::from_secs(30);
 /// Bytes of a probe: a BTH-shaped head naming the index, then the round's number.
 const PROBE_BYTES: usize = 20;
 /// Forwarded datagrams taken per receive call.
 const FORWARDED_PER_CALL: usize = 64;
+/// Receive calls between two looks at the forwarding socket (without a wait that saw
+/// something): bounds the extra delay of a forwarded datagram to a few polls.
+const FORWARDER_CHECK_EVERY: u32 = 16;
+/// Receive calls between two liveness checks (each reads the clock).
+const MEMBERSHIP_CHECK_EVERY: u32 = 64;
 
 /// What port sharing did, for `devices -v` and the tests.
 #[derive(Debug, Default)]
@@ -43,7 +51,8 @@ pub struct SharedCounters {
     pub forwarded_out: AtomicU64,
     /// Datagrams another member passed on to this one.
     pub forwarded_in: AtomicU64,
-    /// Datagrams for a slot no live member holds: dropped, as for an unknown QP.
+    /// Datagrams for a slot no live member holds (or whose forwarding queue was full):
+    /// handed to this member's own receive pipeline, which drops them as for an unknown QP.
     pub dropped_for_gone_members: AtomicU64,
     /// Probe rounds this member ran.
     pub probe_rounds: AtomicU64,
@@ -70,6 +79,10 @@ pub struct SharedLink {
     claim: SlotClaim,
     state: Mutex<State>,
     counters: SharedCounters,
+    /// Receive calls so far (see `recv_ready`).
+    receive_calls: AtomicU32,
+    /// A wait saw a socket readable: the next receive looks at the forwarding socket.
+    forwarder_due: AtomicBool,
 }
 
 impl SharedLink {
@@ -103,6 +116,8 @@ impl SharedLink {
             }),
             claim,
             counters: SharedCounters::default(),
+            receive_calls: AtomicU32::new(0),
+            forwarder_due: AtomicBool::new(true),
         };
         link.claim.publish(link.state.lock().info)?;
         link.reprobe(&held)?;
@@ -199,8 +214,12 @@ impl SharedLink {
             let _ = self.claim.publish(state.info);
             return None;
         }
-        match d.payload.get(5).copied() {
-            // QP0/QP1, a slot-0xFF QPN that is no probe, or too short to say: this member's.
+        let owner = match d.payload.get(5).copied() {
+            Some(0) if d.payload.get(6..8) == Some(&[0, 1]) => self.qp1_owner(d.payload),
+            other => other,
+        };
+        match owner {
+            // QP0, a slot-0xFF QPN that is no probe, or too short to say: this member's.
             None | Some(0) | Some(PROBE_SLOT) => Some(d),
             Some(slot) if slot == self.slot() => Some(d),
             Some(slot) => {
@@ -217,11 +236,42 @@ impl SharedLink {
                         if state.steering.iter().any(|&(s, _)| s == slot) {
                             state.reprobe_wanted = true;
                         }
+                        // Delivered here, where no QP has that number: the device's
+                        // pipeline drops it and counts an unknown QP, as hardware does.
+                        return Some(d);
                     }
                 }
                 None
             }
         }
+    }
+
+    /// The slot a QP1 datagram goes to (see `mad_route`): `None` (here) when it names no
+    /// other live member.
+    fn qp1_owner(&self, payload: &[u8]) -> Option<u8> {
+        match qp1_owner(payload) {
+            Qp1Owner::Service(sid) => {
+                let listener = self.registry.listener(sid).ok().flatten();
+                listener.map(|(slot, _)| slot)
+            }
+            Qp1Owner::Slot(slot) => Some(slot),
+            Qp1Owner::Here => None,
+        }
+    }
+
+    /// Enters this member as the listener on CM service `service_id`, so that requests
+    /// for it reaching other members come here. `AddrInUse` if another live member
+    /// listens on it.
+    pub fn listen(&self, service_id: u64) -> io::Result<()> {
+        let held = self.registry.lock_membership(MEMBERSHIP_WAIT)?;
+        self.registry
+            .listen(&held, service_id, self.slot(), std::process::id())
+    }
+
+    /// Removes this member's entry for `service_id` (if it has one).
+    pub fn unlisten(&self, service_id: u64) -> io::Result<()> {
+        let held = self.registry.lock_membership(MEMBERSHIP_WAIT)?;
+        self.registry.unlisten(&held, service_id, self.slot())
     }
 
     /// The index and round a probe names, if `d` is one of our device's probes.
@@ -308,6 +358,10 @@ impl Link for SharedLink {
         Some(base + 2..base + 0x1_0000)
     }
 
+    fn shared_port(&self) -> Option<&SharedLink> {
+        Some(self)
+    }
+
     fn pollable(&self) -> bool {
         true
     }
@@ -325,11 +379,22 @@ impl Link for SharedLink {
             self.udp.socket().as_raw_fd(),
             self.forwarder.as_socket().as_raw_fd(),
         ];
-        batched_io::wait_any_readable(&fds, timeout.min(LIVENESS_PERIOD))
+        let ready = batched_io::wait_any_readable(&fds, timeout.min(LIVENESS_PERIOD))?;
+        // Either socket may be the one: the next receive looks at both.
+        self.forwarder_due.store(ready, Ordering::Relaxed);
+        Ok(ready)
     }
 
     fn recv_ready(&self, max: usize, sink: &mut dyn FnMut(DatagramView<'_>)) -> io::Result<usize> {
-        self.check_membership()?;
+        // A polling application calls this millions of times a second, mostly to find
+        // nothing: the liveness check (a clock read) and the forwarding socket (a system
+        // call) are looked at every few calls, and whenever a wait said something came.
+        let call = self.receive_calls.fetch_add(1, Ordering::Relaxed);
+        if call.is_multiple_of(MEMBERSHIP_CHECK_EVERY) {
+            self.check_membership()?;
+        }
+        let forwarder_due = self.forwarder_due.swap(false, Ordering::Relaxed)
+            || call.is_multiple_of(FORWARDER_CHECK_EVERY);
         let mut total = 0;
         while total < max {
             let Some(d) = self.state.lock().pending.pop_front() else {
@@ -338,7 +403,7 @@ impl Link for SharedLink {
             sink(d.view());
             total += 1;
         }
-        while total < max.min(FORWARDED_PER_CALL) {
+        while forwarder_due && total < max.min(FORWARDED_PER_CALL) {
             match self.forwarder.try_recv() {
                 Ok(Some(d)) => {
                     self.counters.forwarded_in.fetch_add(1, Ordering::Relaxed);

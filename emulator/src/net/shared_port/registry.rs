@@ -64,7 +64,7 @@ impl MemberInfo {
 /// The registry directory of one device.
 #[derive(Debug, Clone)]
 pub struct Registry {
-    dir: PathBuf,
+    pub(super) dir: PathBuf,
 }
 
 /// A slot this process holds; released when dropped (or when the process dies).
@@ -106,15 +106,15 @@ impl Registry {
         })
     }
 
-    fn lock_path(&self, slot: u8) -> PathBuf {
+    pub(super) fn lock_path(&self, slot: u8) -> PathBuf {
         self.dir.join(format!("slot-{slot:03}"))
     }
 
-    fn info_path(&self, slot: u8) -> PathBuf {
+    pub(super) fn info_path(&self, slot: u8) -> PathBuf {
         self.dir.join(format!("slot-{slot:03}.info"))
     }
 
-    fn open_lock_file(path: &Path) -> io::Result<File> {
+    pub(super) fn open_lock_file(path: &Path) -> io::Result<File> {
         OpenOptions::new()
             .create(true)
             .truncate(false)
