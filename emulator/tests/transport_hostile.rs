@@ -5,7 +5,7 @@
 
 use softverbs_api::{wr::RemoteAddr, AccessFlags, Mtu, QpAttr, SendWr, Sge, WcStatus, WrOpcode};
 use softverbs_emu::engine::RxDrop;
-use softverbs_emu::sim::{FaultConfig, Side, SimPair, TraceEvent};
+use softverbs_emu::sim::{FaultConfig, Side, SimPair};
 use softverbs_emu::transport::{Env, Outputs};
 use softverbs_emu::wire::{AethKind, AethRepr, BthRepr, NakCode, Opcode, Psn, RethRepr, RoceRepr};
 
@@ -14,33 +14,18 @@ use softverbs_emu::wire::{AethKind, AethRepr, BthRepr, NakCode, Opcode, Psn, Ret
 /// bounded by it.
 const READ_WINDOW: usize = 256;
 
+/// The simulator workload's attributes (short ACK timeout, infinite retries, 4 READ /
+/// atomic resources each way), with PSNs that stay far from the wrap.
 fn attrs() -> QpAttr {
     QpAttr {
         sq_psn: 100,
         rq_psn: 100,
-        timeout: 10,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        min_rnr_timer: 1,
-        max_rd_atomic: 4,
-        max_dest_rd_atomic: 4,
-        ..QpAttr::default()
+        ..softverbs_emu::sim::workload::attrs()
     }
 }
 
 fn pair(mtu: Mtu) -> SimPair {
     SimPair::new_rc(1, FaultConfig::none(), mtu, &attrs())
-}
-
-/// The packets `side` sent, parsed, in order.
-fn sent_by(p: &SimPair, side: Side) -> Vec<Vec<u8>> {
-    p.trace
-        .iter()
-        .filter_map(|e| match e {
-            TraceEvent::Sent { from, bytes, .. } if *from == side => Some(bytes.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 fn opcodes(packets: &[Vec<u8>]) -> Vec<Opcode> {
@@ -183,7 +168,7 @@ fn a_read_at_a_past_psn_that_carried_no_read_is_not_executed() {
     .unwrap();
     p.run(10_000);
     assert_eq!(p.a.completions.len(), 1);
-    let before = sent_by(&p, Side::B).len();
+    let before = p.sent_by(Side::B).len();
     assert_eq!(
         p.inject(Side::B, 4791, &read_request(100, va, rkey, 65536)),
         Ok(())
@@ -195,7 +180,7 @@ fn a_read_at_a_past_psn_that_carried_no_read_is_not_executed() {
         Ok(())
     );
     p.run(10_000);
-    let after = sent_by(&p, Side::B);
+    let after = p.sent_by(Side::B);
     assert_eq!(
         read_responses(&after[before..]),
         0,
@@ -217,12 +202,12 @@ fn a_duplicate_read_is_replayed_only_within_the_stored_reads_range() {
         Ok(())
     );
     p.run(10_000);
-    let mut seen = sent_by(&p, Side::B).len();
-    assert_eq!(read_responses(&sent_by(&p, Side::B)), 4);
+    let mut seen = p.sent_by(Side::B).len();
+    assert_eq!(read_responses(&p.sent_by(Side::B)), 4);
     let mut responses_to = |p: &mut SimPair, req: RoceRepr<'_>| {
         assert_eq!(p.inject(Side::B, 4791, &req), Ok(()));
         p.run(10_000);
-        let all = sent_by(p, Side::B);
+        let all = p.sent_by(Side::B);
         let n = read_responses(&all[seen..]);
         seen = all.len();
         n
@@ -287,7 +272,7 @@ fn bad_transport_versions_and_partitions_are_dropped_before_the_qp() {
     );
     p.run(1000);
     assert!(
-        sent_by(&p, Side::B).is_empty(),
+        p.sent_by(Side::B).is_empty(),
         "a dropped packet is not answered"
     );
     assert_eq!(p.read(Side::B, va, 16), b_pattern(16));
@@ -306,7 +291,7 @@ fn b_pattern(len: usize) -> Vec<u8> {
 
 /// The NAKs B sent, by code.
 fn naks(p: &SimPair) -> Vec<NakCode> {
-    sent_by(p, Side::B)
+    p.sent_by(Side::B)
         .iter()
         .filter_map(
             |b| match RoceRepr::parse(b).unwrap().0.aeth.map(|a| a.kind()) {

@@ -9,28 +9,16 @@ use softverbs_emu::sim::{FaultConfig, Side, SimPair, SimRng, TraceEvent};
 use softverbs_emu::transport::CompletionTarget;
 use softverbs_emu::wire::{Opcode, RoceRepr};
 
+/// The simulator workload's attributes (ACK timeout code 10, ~4 ms of virtual time; RNR
+/// timer code 1, 10 us; 4 READ / atomic resources each way) with these retry counts.
 fn attrs(retry_cnt: u8, rnr_retry: u8) -> QpAttr {
     QpAttr {
         sq_psn: 100,
         rq_psn: 100,
-        timeout: 10, // ~4 ms of virtual time
         retry_cnt,
         rnr_retry,
-        min_rnr_timer: 1, // 10 us
-        max_rd_atomic: 4,
-        max_dest_rd_atomic: 4,
-        ..QpAttr::default()
+        ..softverbs_emu::sim::workload::attrs()
     }
-}
-
-fn sent_by(pair: &SimPair, side: Side) -> Vec<Vec<u8>> {
-    pair.trace
-        .iter()
-        .filter_map(|e| match e {
-            TraceEvent::Sent { from, bytes, .. } if *from == side => Some(bytes.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// The (wr_id, status) of every completion a node produced, in order.
@@ -81,7 +69,7 @@ fn send_is_segmented_like_rxe_and_acked_once() {
     )
     .unwrap();
     p.run(10_000);
-    let a = sent_by(&p, Side::A);
+    let a = p.sent_by(Side::A);
     let ops: Vec<Opcode> = a.iter().map(|b| opcode_of(b)).collect();
     assert_eq!(
         ops,
@@ -104,7 +92,7 @@ fn send_is_segmented_like_rxe_and_acked_once() {
         reprs.iter().map(|r| r.payload.len()).collect::<Vec<_>>(),
         [1024, 1024, 952]
     );
-    let b = sent_by(&p, Side::B);
+    let b = p.sent_by(Side::B);
     assert_eq!(b.len(), 1, "one ACK for one AckReq packet");
     let ack = RoceRepr::parse(&b[0]).unwrap().0;
     assert_eq!(ack.bth.opcode, Opcode::RC_ACKNOWLEDGE);
@@ -349,7 +337,8 @@ fn retry_exhaustion_after_exactly_retry_cnt_retries() {
             ..FaultConfig::none()
         };
         let p = lonely_send(retry_cnt, 7, total_loss, true);
-        let first_psn_sends = sent_by(&p, Side::A)
+        let first_psn_sends = p
+            .sent_by(Side::A)
             .iter()
             .filter(|b| RoceRepr::parse(b).unwrap().0.bth.psn.value() == 100)
             .count();
@@ -397,7 +386,8 @@ fn retry_cnt_7_never_gives_up() {
 fn rnr_exhaustion_after_exactly_rnr_retry_retries() {
     for rnr_retry in [0u8, 2, 5] {
         let p = lonely_send(7, rnr_retry, FaultConfig::none(), false);
-        let rnr_naks = sent_by(&p, Side::B)
+        let rnr_naks = p
+            .sent_by(Side::B)
             .iter()
             .filter(|b| {
                 RoceRepr::parse(b)
@@ -435,7 +425,7 @@ fn rnr_nak_carries_min_rnr_timer_and_delivery_resumes() {
     )
     .unwrap();
     p.run(50);
-    let b_sent = sent_by(&p, Side::B);
+    let b_sent = p.sent_by(Side::B);
     let first_nak = RoceRepr::parse(&b_sent[0]).unwrap().0;
     assert_eq!(first_nak.aeth.unwrap().syndrome, 0x20 | 1);
     assert!(p.a.completions.is_empty());
@@ -503,7 +493,8 @@ fn psn_wraps_around_2_pow_24() {
     )
     .unwrap();
     p.run(100_000);
-    let psns: Vec<u32> = sent_by(&p, Side::A)
+    let psns: Vec<u32> = p
+        .sent_by(Side::A)
         .iter()
         .map(|b| RoceRepr::parse(b).unwrap().0.bth.psn.value())
         .collect();
@@ -547,9 +538,9 @@ fn at_most_128_psns_unacknowledged() {
     )
     .unwrap();
     // Before any packet is delivered, only the window went out.
-    assert_eq!(sent_by(&p, Side::A).len(), 128);
+    assert_eq!(p.sent_by(Side::A).len(), 128);
     p.run(100_000);
-    let a = sent_by(&p, Side::A);
+    let a = p.sent_by(Side::A);
     assert_eq!(a.len(), 1000);
     // Every 64th packet asks for an ACK so the window keeps moving (rxe's RXE_MAX_PKT_PER_ACK).
     let ack_reqs = a
@@ -625,7 +616,7 @@ fn a_duplicated_sequence_nak_costs_one_retry_and_one_rewind() {
         )],
     )
     .unwrap();
-    assert_eq!(sent_by(&p, Side::A).len(), 5, "PSNs 100..=104 went out");
+    assert_eq!(p.sent_by(Side::A).len(), 5, "PSNs 100..=104 went out");
     // The responder lost PSN 102 and NAKs it; the network delivers that NAK twice.
     let nak = {
         let mut r = RoceRepr::new(
@@ -690,7 +681,7 @@ fn send_with_invalidate_carries_the_rkey_and_a_plain_mr_cannot_be_invalidated() 
     p.post_send(Side::A, &[wr, SendWr::send(2, vec![])])
         .unwrap();
     p.run(10_000);
-    let a = sent_by(&p, Side::A);
+    let a = p.sent_by(Side::A);
     let last = RoceRepr::parse(&a[1]).unwrap().0;
     assert_eq!(last.bth.opcode, Opcode::RC_SEND_LAST_WITH_INVALIDATE);
     assert_eq!(last.ieth, Some(rkey));
@@ -812,7 +803,8 @@ fn solicited_event_bit_only_on_the_last_packet_of_sends_and_write_with_imm() {
     )
     .unwrap();
     p.run(10_000);
-    let se: Vec<(Opcode, bool)> = sent_by(&p, Side::A)
+    let se: Vec<(Opcode, bool)> = p
+        .sent_by(Side::A)
         .iter()
         .map(|b| {
             let r = RoceRepr::parse(b).unwrap().0;
@@ -911,7 +903,8 @@ fn a_read_is_not_asked_again_while_its_old_responses_still_arrive() {
     let (dst, data) = post_a_read_of_random_bytes(&mut p, 256 * 1024, 7);
     p.run(200_000);
     assert_the_read_arrived(&mut p, dst, &data, "slow link");
-    let requests = sent_by(&p, Side::A)
+    let requests = p
+        .sent_by(Side::A)
         .iter()
         .filter(|b| opcode_of(b) == Opcode::RC_RDMA_READ_REQUEST)
         .count();
@@ -962,7 +955,7 @@ fn a_retransmission_from_a_deregistered_region_fails_with_loc_prot_err() {
     )
     .unwrap();
     // The first transmission (3 packets) is built from the region, and lost.
-    let first = sent_by(&p, Side::A);
+    let first = p.sent_by(Side::A);
     assert_eq!(first.len(), 3);
     assert_eq!(&first[0][12 + 16..12 + 16 + 1024], &pattern[..1024]);
     p.a.mem.deregister(lkey).unwrap();
@@ -971,6 +964,6 @@ fn a_retransmission_from_a_deregistered_region_fails_with_loc_prot_err() {
     assert_eq!(statuses(&p.a), [(1, WcStatus::LocProtErr)]);
     assert_eq!(p.a.qp.state(), softverbs_api::QpState::Err);
     // Nothing was sent once the region was gone, and the responder's memory is untouched.
-    assert_eq!(sent_by(&p, Side::A).len(), 3);
+    assert_eq!(p.sent_by(Side::A).len(), 3);
     assert_eq!(p.read(Side::B, dst, 3000), vec![0u8; 3000]);
 }

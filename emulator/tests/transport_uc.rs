@@ -4,13 +4,14 @@
 //! as soon as their packets are out; nothing is ever acknowledged.
 
 use softverbs_api::{
-    qp::AhAttr, AccessFlags, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendWr,
-    Sge, WcOpcode, WcStatus,
+    qp::AhAttr, AccessFlags, Gid, Mtu, QpAttr, QpAttrMask, QpState, QpType, RecvWr, SendWr, Sge,
+    WcOpcode, WcStatus,
 };
 use softverbs_emu::memory::{MrTable, RdmaBuffer};
 use softverbs_emu::sim::{FaultConfig, Side, SimPair};
 use softverbs_emu::transport::{CompletionTarget, Env, OutPacket, Outputs, TransportQp};
 use softverbs_emu::wire::RoceRepr;
+use softverbs_testkit::qp_cap;
 
 const PD: u32 = 1;
 const MTU: usize = 256;
@@ -27,13 +28,7 @@ fn node(qpn: u32, peer_qpn: u32, peer_ip: [u8; 4]) -> Node {
 }
 
 fn node_with_mtu(qpn: u32, peer_qpn: u32, peer_ip: [u8; 4], path_mtu: Mtu) -> Node {
-    let cap = QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
+    let cap = qp_cap(16, 1);
     let mem = MrTable::new(8);
     let buf = RdmaBuffer::new(64 * 1024).unwrap();
     let keys = mem
