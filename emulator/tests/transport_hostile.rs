@@ -8,6 +8,7 @@ use softverbs_emu::engine::RxDrop;
 use softverbs_emu::sim::{FaultConfig, Side, SimPair};
 use softverbs_emu::transport::{Env, Outputs};
 use softverbs_emu::wire::{AethKind, AethRepr, BthRepr, NakCode, Opcode, Psn, RethRepr, RoceRepr};
+use softverbs_testkit::recv_one;
 
 /// The most responses one transport call may make for a READ: the window a READ of any
 /// length is streamed in (the responder's `READ_RESPONSE_BURST`), so memory per READ is
@@ -402,18 +403,8 @@ fn a_read_response_of_the_wrong_opcode_completes_nothing() {
         let (dst, lkey, _) = p.register(Side::A, 256, AccessFlags::LOCAL_WRITE);
         // B needs a receive for the SEND.
         let (rbuf, rlkey, _) = p.register(Side::B, 16, AccessFlags::LOCAL_WRITE);
-        p.post_recv(
-            Side::B,
-            &[softverbs_api::RecvWr {
-                wr_id: 5,
-                sg_list: vec![Sge {
-                    addr: rbuf,
-                    length: 16,
-                    lkey: rlkey,
-                }],
-            }],
-        )
-        .unwrap();
+        p.post_recv(Side::B, &[recv_one(5, rbuf, 16, rlkey)])
+            .unwrap();
         p.lose.extend([(Side::A, 0), (Side::A, 1)]);
         let send = SendWr {
             send_flags: softverbs_api::SendFlags::SIGNALED,

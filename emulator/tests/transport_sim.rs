@@ -8,6 +8,7 @@ use softverbs_api::{AccessFlags, Mtu, QpAttr, RecvWr, SendWr, Sge, WcFlags, WcOp
 use softverbs_emu::sim::{FaultConfig, Side, SimPair, SimRng, TraceEvent};
 use softverbs_emu::transport::CompletionTarget;
 use softverbs_emu::wire::{Opcode, RoceRepr};
+use softverbs_testkit::recv_one;
 
 /// The simulator workload's attributes (ACK timeout code 10, ~4 ms of virtual time; RNR
 /// timer code 1, 10 us; 4 READ / atomic resources each way) with these retry counts.
@@ -44,18 +45,8 @@ fn send_is_segmented_like_rxe_and_acked_once() {
     let (dst, rlkey, _) = p.register(Side::B, 3000, AccessFlags::LOCAL_WRITE);
     let data: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
     p.write(Side::A, src, &data);
-    p.post_recv(
-        Side::B,
-        &[RecvWr {
-            wr_id: 9,
-            sg_list: vec![Sge {
-                addr: dst,
-                length: 3000,
-                lkey: rlkey,
-            }],
-        }],
-    )
-    .unwrap();
+    p.post_recv(Side::B, &[recv_one(9, dst, 3000, rlkey)])
+        .unwrap();
     p.post_send(
         Side::A,
         &[SendWr::send(
@@ -297,18 +288,8 @@ fn lonely_send(retry_cnt: u8, rnr_retry: u8, faults: FaultConfig, post_recv: boo
     let (src, lkey, _) = p.register(Side::A, 64, AccessFlags::LOCAL_WRITE);
     let (dst, rlkey, _) = p.register(Side::B, 64, AccessFlags::LOCAL_WRITE);
     if post_recv {
-        p.post_recv(
-            Side::B,
-            &[RecvWr {
-                wr_id: 1,
-                sg_list: vec![Sge {
-                    addr: dst,
-                    length: 64,
-                    lkey: rlkey,
-                }],
-            }],
-        )
-        .unwrap();
+        p.post_recv(Side::B, &[recv_one(1, dst, 64, rlkey)])
+            .unwrap();
     }
     p.post_send(
         Side::A,
@@ -429,18 +410,8 @@ fn rnr_nak_carries_min_rnr_timer_and_delivery_resumes() {
     let first_nak = RoceRepr::parse(&b_sent[0]).unwrap().0;
     assert_eq!(first_nak.aeth.unwrap().syndrome, 0x20 | 1);
     assert!(p.a.completions.is_empty());
-    p.post_recv(
-        Side::B,
-        &[RecvWr {
-            wr_id: 1,
-            sg_list: vec![Sge {
-                addr: dst,
-                length: 64,
-                lkey: rlkey,
-            }],
-        }],
-    )
-    .unwrap();
+    p.post_recv(Side::B, &[recv_one(1, dst, 64, rlkey)])
+        .unwrap();
     p.run(10_000);
     assert_eq!(p.read(Side::B, dst, 64), vec![0x5a; 64]);
     assert_eq!(p.a.completions.len(), 1);
@@ -468,18 +439,8 @@ fn psn_wraps_around_2_pow_24() {
     let (dst, rlkey, _) = p.register(Side::B, 2048, AccessFlags::LOCAL_WRITE);
     let data: Vec<u8> = (0..2048u32).map(|i| (i ^ (i >> 8)) as u8).collect();
     p.write(Side::A, src, &data);
-    p.post_recv(
-        Side::B,
-        &[RecvWr {
-            wr_id: 1,
-            sg_list: vec![Sge {
-                addr: dst,
-                length: 2048,
-                lkey: rlkey,
-            }],
-        }],
-    )
-    .unwrap();
+    p.post_recv(Side::B, &[recv_one(1, dst, 2048, rlkey)])
+        .unwrap();
     p.post_send(
         Side::A,
         &[SendWr::send(
@@ -513,18 +474,8 @@ fn at_most_128_psns_unacknowledged() {
     let len = 256 * 1000;
     let (src, lkey, _) = p.register(Side::A, len, AccessFlags::LOCAL_WRITE);
     let (dst, rlkey, _) = p.register(Side::B, len, AccessFlags::LOCAL_WRITE);
-    p.post_recv(
-        Side::B,
-        &[RecvWr {
-            wr_id: 1,
-            sg_list: vec![Sge {
-                addr: dst,
-                length: len as u32,
-                lkey: rlkey,
-            }],
-        }],
-    )
-    .unwrap();
+    p.post_recv(Side::B, &[recv_one(1, dst, len as u32, rlkey)])
+        .unwrap();
     p.post_send(
         Side::A,
         &[SendWr::send(
@@ -570,14 +521,7 @@ fn faults_with_a_small_retry_budget_still_complete() {
         let (dst, rlkey, _) = p.register(Side::B, len, AccessFlags::LOCAL_WRITE);
         let data: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
         p.write(Side::A, src, &data);
-        let recv = RecvWr {
-            wr_id: 1,
-            sg_list: vec![Sge {
-                addr: dst,
-                length: len as u32,
-                lkey: rlkey,
-            }],
-        };
+        let recv = recv_one(1, dst, len as u32, rlkey);
         p.post_recv(Side::B, &[recv]).unwrap();
         p.post_send(
             Side::A,
@@ -657,14 +601,7 @@ fn send_with_invalidate_carries_the_rkey_and_a_plain_mr_cannot_be_invalidated() 
         2000,
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
     );
-    let recv = RecvWr {
-        wr_id: 5,
-        sg_list: vec![Sge {
-            addr: dst,
-            length: 2000,
-            lkey: rlkey,
-        }],
-    };
+    let recv = recv_one(5, dst, 2000, rlkey);
     p.post_recv(Side::B, &[recv]).unwrap();
     let wr = SendWr {
         opcode: WrOpcode::SendWithInv,
@@ -706,18 +643,8 @@ fn local_invalidate_waits_for_earlier_work_and_fails_on_a_plain_mr() {
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
     );
     let (dst, rlkey, _) = p.register(Side::B, 64, AccessFlags::LOCAL_WRITE);
-    p.post_recv(
-        Side::B,
-        &[RecvWr {
-            wr_id: 1,
-            sg_list: vec![Sge {
-                addr: dst,
-                length: 64,
-                lkey: rlkey,
-            }],
-        }],
-    )
-    .unwrap();
+    p.post_recv(Side::B, &[recv_one(1, dst, 64, rlkey)])
+        .unwrap();
     let inv = SendWr {
         opcode: WrOpcode::LocalInv,
         invalidate_rkey: rkey,
@@ -761,16 +688,7 @@ fn solicited_event_bit_only_on_the_last_packet_of_sends_and_write_with_imm() {
         3000,
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
     );
-    let recvs: Vec<RecvWr> = (0..2)
-        .map(|i| RecvWr {
-            wr_id: i,
-            sg_list: vec![Sge {
-                addr: dst,
-                length: 3000,
-                lkey: rlkey,
-            }],
-        })
-        .collect();
+    let recvs: Vec<RecvWr> = (0..2).map(|i| recv_one(i, dst, 3000, rlkey)).collect();
     p.post_recv(Side::B, &recvs).unwrap();
     let solicited = |mut wr: SendWr| {
         wr.send_flags |= SendFlags::SOLICITED;

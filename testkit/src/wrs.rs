@@ -1,0 +1,11 @@
+//! Work requests of one SGE, as most tests post them.
+
+use softverbs_api::{RecvWr, Sge};
+
+/// A receive WR `wr_id` of the one buffer `[addr, addr + length)` of the region `lkey`.
+pub fn recv_one(wr_id: u64, addr: u64, length: u32, lkey: u32) -> RecvWr {
+    RecvWr {
+        wr_id,
+        sg_list: vec![Sge { addr, length, lkey }],
+    }
+}
