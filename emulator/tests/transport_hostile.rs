@@ -3,12 +3,12 @@
 //! RoCEv2 has no authentication) must not amplify traffic, grow memory, slip past the header
 //! checks or complete work requests they do not belong to (issue 23).
 
-use softverbs_api::{wr::RemoteAddr, AccessFlags, Mtu, QpAttr, SendWr, Sge, WcStatus, WrOpcode};
+use softverbs_api::{wr::RemoteAddr, AccessFlags, Mtu, QpAttr, SendWr, WcStatus, WrOpcode};
 use softverbs_emu::engine::RxDrop;
 use softverbs_emu::sim::{FaultConfig, Side, SimPair};
 use softverbs_emu::transport::{Env, Outputs};
 use softverbs_emu::wire::{AethKind, AethRepr, BthRepr, NakCode, Opcode, Psn, RethRepr, RoceRepr};
-use softverbs_testkit::recv_one;
+use softverbs_testkit::{recv_one, sge};
 
 /// The most responses one transport call may make for a READ: the window a READ of any
 /// length is streamed in (the responder's `READ_RESPONSE_BURST`), so memory per READ is
@@ -146,27 +146,13 @@ fn a_read_at_a_past_psn_that_carried_no_read_is_not_executed() {
         Side::B,
         &[softverbs_api::RecvWr {
             wr_id: 1,
-            sg_list: vec![Sge {
-                addr: buf,
-                length: 64,
-                lkey,
-            }],
+            sg_list: vec![sge(buf, 64, lkey)],
         }],
     )
     .unwrap();
     let (src, slkey, _) = p.register(Side::A, 64, AccessFlags::LOCAL_WRITE);
-    p.post_send(
-        Side::A,
-        &[SendWr::send(
-            7,
-            vec![Sge {
-                addr: src,
-                length: 64,
-                lkey: slkey,
-            }],
-        )],
-    )
-    .unwrap();
+    p.post_send(Side::A, &[SendWr::send(7, vec![sge(src, 64, slkey)])])
+        .unwrap();
     p.run(10_000);
     assert_eq!(p.a.completions.len(), 1);
     let before = p.sent_by(Side::B).len();
@@ -417,14 +403,7 @@ fn a_read_response_of_the_wrong_opcode_completes_nothing() {
                 remote_addr: src,
                 rkey,
             },
-            ..SendWr::send(
-                2,
-                vec![Sge {
-                    addr: dst,
-                    length: 256,
-                    lkey,
-                }],
-            )
+            ..SendWr::send(2, vec![sge(dst, 256, lkey)])
         };
         p.post_send(Side::A, &[send, read]).unwrap();
         let forged_bytes = [0x66; 256];

@@ -4,11 +4,11 @@
 //!
 //! `SOFTVERBS_SIM_SEEDS=N` runs N seeds of the randomized test instead of the default.
 
-use softverbs_api::{AccessFlags, Mtu, QpAttr, RecvWr, SendWr, Sge, WcFlags, WcOpcode, WcStatus};
+use softverbs_api::{AccessFlags, Mtu, QpAttr, RecvWr, SendWr, WcFlags, WcOpcode, WcStatus};
 use softverbs_emu::sim::{FaultConfig, Side, SimPair, SimRng, TraceEvent};
 use softverbs_emu::transport::CompletionTarget;
 use softverbs_emu::wire::{Opcode, RoceRepr};
-use softverbs_testkit::recv_one;
+use softverbs_testkit::{recv_one, sge};
 
 /// The simulator workload's attributes (ACK timeout code 10, ~4 ms of virtual time; RNR
 /// timer code 1, 10 us; 4 READ / atomic resources each way) with these retry counts.
@@ -47,18 +47,8 @@ fn send_is_segmented_like_rxe_and_acked_once() {
     p.write(Side::A, src, &data);
     p.post_recv(Side::B, &[recv_one(9, dst, 3000, rlkey)])
         .unwrap();
-    p.post_send(
-        Side::A,
-        &[SendWr::send(
-            1,
-            vec![Sge {
-                addr: src,
-                length: 3000,
-                lkey,
-            }],
-        )],
-    )
-    .unwrap();
+    p.post_send(Side::A, &[SendWr::send(1, vec![sge(src, 3000, lkey)])])
+        .unwrap();
     p.run(10_000);
     let a = p.sent_by(Side::A);
     let ops: Vec<Opcode> = a.iter().map(|b| opcode_of(b)).collect();
@@ -134,29 +124,13 @@ fn run_oracle(seed: u64, faults: FaultConfig, messages: usize) -> Result<SimPair
                 rng.below(len as u64) as u32
             };
             let gather = vec![
-                Sge {
-                    addr: src + base,
-                    length: cut,
-                    lkey,
-                },
-                Sge {
-                    addr: src + base + cut as u64,
-                    length: len as u32 - cut,
-                    lkey,
-                },
+                sge(src + base, cut, lkey),
+                sge(src + base + cut as u64, len as u32 - cut, lkey),
             ];
             let rcut = rng.below(max_len as u64) as u32;
             let scatter = vec![
-                Sge {
-                    addr: dst + base,
-                    length: rcut,
-                    lkey: rlkey,
-                },
-                Sge {
-                    addr: dst + base + rcut as u64,
-                    length: max_len as u32 - rcut,
-                    lkey: rlkey,
-                },
+                sge(dst + base, rcut, rlkey),
+                sge(dst + base + rcut as u64, max_len as u32 - rcut, rlkey),
             ];
             let imm = rng.chance(500).then(|| rng.next_u64() as u32);
             recvs.push(RecvWr {
@@ -294,14 +268,7 @@ fn lonely_send(retry_cnt: u8, rnr_retry: u8, faults: FaultConfig, post_recv: boo
     p.post_send(
         Side::A,
         &[
-            SendWr::send(
-                1,
-                vec![Sge {
-                    addr: src,
-                    length: 64,
-                    lkey,
-                }],
-            ),
+            SendWr::send(1, vec![sge(src, 64, lkey)]),
             SendWr::send(2, vec![]),
         ],
     )
@@ -346,18 +313,8 @@ fn retry_cnt_7_never_gives_up() {
     };
     let mut p = SimPair::new_rc(5, total_loss, Mtu::Mtu1024, &attrs(7, 7));
     let (src, lkey, _) = p.register(Side::A, 64, AccessFlags::LOCAL_WRITE);
-    p.post_send(
-        Side::A,
-        &[SendWr::send(
-            1,
-            vec![Sge {
-                addr: src,
-                length: 64,
-                lkey,
-            }],
-        )],
-    )
-    .unwrap();
+    p.post_send(Side::A, &[SendWr::send(1, vec![sge(src, 64, lkey)])])
+        .unwrap();
     assert_eq!(p.run(500), 500, "still retransmitting after 500 steps");
     assert!(p.a.completions.is_empty());
     assert!(p.a.qp.counters.ack_timeouts >= 400);
@@ -393,18 +350,8 @@ fn rnr_nak_carries_min_rnr_timer_and_delivery_resumes() {
     let (src, lkey, _) = p.register(Side::A, 64, AccessFlags::LOCAL_WRITE);
     let (dst, rlkey, _) = p.register(Side::B, 64, AccessFlags::LOCAL_WRITE);
     p.write(Side::A, src, &[0x5a; 64]);
-    p.post_send(
-        Side::A,
-        &[SendWr::send(
-            1,
-            vec![Sge {
-                addr: src,
-                length: 64,
-                lkey,
-            }],
-        )],
-    )
-    .unwrap();
+    p.post_send(Side::A, &[SendWr::send(1, vec![sge(src, 64, lkey)])])
+        .unwrap();
     p.run(50);
     let b_sent = p.sent_by(Side::B);
     let first_nak = RoceRepr::parse(&b_sent[0]).unwrap().0;
@@ -441,18 +388,8 @@ fn psn_wraps_around_2_pow_24() {
     p.write(Side::A, src, &data);
     p.post_recv(Side::B, &[recv_one(1, dst, 2048, rlkey)])
         .unwrap();
-    p.post_send(
-        Side::A,
-        &[SendWr::send(
-            1,
-            vec![Sge {
-                addr: src,
-                length: 2048,
-                lkey,
-            }],
-        )],
-    )
-    .unwrap();
+    p.post_send(Side::A, &[SendWr::send(1, vec![sge(src, 2048, lkey)])])
+        .unwrap();
     p.run(100_000);
     let psns: Vec<u32> = p
         .sent_by(Side::A)
@@ -478,14 +415,7 @@ fn at_most_128_psns_unacknowledged() {
         .unwrap();
     p.post_send(
         Side::A,
-        &[SendWr::send(
-            1,
-            vec![Sge {
-                addr: src,
-                length: len as u32,
-                lkey,
-            }],
-        )],
+        &[SendWr::send(1, vec![sge(src, len as u32, lkey)])],
     )
     .unwrap();
     // Before any packet is delivered, only the window went out.
@@ -525,14 +455,7 @@ fn faults_with_a_small_retry_budget_still_complete() {
         p.post_recv(Side::B, &[recv]).unwrap();
         p.post_send(
             Side::A,
-            &[SendWr::send(
-                1,
-                vec![Sge {
-                    addr: src,
-                    length: len as u32,
-                    lkey,
-                }],
-            )],
+            &[SendWr::send(1, vec![sge(src, len as u32, lkey)])],
         )
         .unwrap();
         p.run(1_000_000);
@@ -548,18 +471,8 @@ fn a_duplicated_sequence_nak_costs_one_retry_and_one_rewind() {
     use softverbs_emu::wire::{AethRepr, BthRepr, NakCode, Psn};
     let mut p = SimPair::new_rc(9, FaultConfig::none(), Mtu::Mtu256, &attrs(3, 3));
     let (src, lkey, _) = p.register(Side::A, 1280, AccessFlags::LOCAL_WRITE);
-    p.post_send(
-        Side::A,
-        &[SendWr::send(
-            1,
-            vec![Sge {
-                addr: src,
-                length: 1280,
-                lkey,
-            }],
-        )],
-    )
-    .unwrap();
+    p.post_send(Side::A, &[SendWr::send(1, vec![sge(src, 1280, lkey)])])
+        .unwrap();
     assert_eq!(p.sent_by(Side::A).len(), 5, "PSNs 100..=104 went out");
     // The responder lost PSN 102 and NAKs it; the network delivers that NAK twice.
     let nak = {
@@ -606,14 +519,7 @@ fn send_with_invalidate_carries_the_rkey_and_a_plain_mr_cannot_be_invalidated() 
     let wr = SendWr {
         opcode: WrOpcode::SendWithInv,
         invalidate_rkey: rkey,
-        ..SendWr::send(
-            1,
-            vec![Sge {
-                addr: src,
-                length: 2000,
-                lkey,
-            }],
-        )
+        ..SendWr::send(1, vec![sge(src, 2000, lkey)])
     };
     p.post_send(Side::A, &[wr, SendWr::send(2, vec![])])
         .unwrap();
@@ -650,21 +556,8 @@ fn local_invalidate_waits_for_earlier_work_and_fails_on_a_plain_mr() {
         invalidate_rkey: rkey,
         ..SendWr::send(2, vec![])
     };
-    p.post_send(
-        Side::A,
-        &[
-            SendWr::send(
-                1,
-                vec![Sge {
-                    addr: src,
-                    length: 64,
-                    lkey,
-                }],
-            ),
-            inv,
-        ],
-    )
-    .unwrap();
+    p.post_send(Side::A, &[SendWr::send(1, vec![sge(src, 64, lkey)]), inv])
+        .unwrap();
     // Nothing completes before the SEND is acknowledged.
     assert!(p.a.completions.is_empty());
     p.run(10_000);
@@ -698,11 +591,7 @@ fn solicited_event_bit_only_on_the_last_packet_of_sends_and_write_with_imm() {
         };
         wr
     };
-    let sge = Sge {
-        addr: src,
-        length: 3000,
-        lkey,
-    };
+    let sge = sge(src, 3000, lkey);
     let write_imm = SendWr {
         opcode: WrOpcode::RdmaWriteWithImm,
         ..SendWr::send(2, vec![sge])
@@ -782,14 +671,7 @@ fn post_a_read_of_random_bytes(p: &mut SimPair, len: usize, seed: u64) -> (u64, 
             remote_addr: src,
             rkey,
         },
-        ..SendWr::send(
-            1,
-            vec![Sge {
-                addr: dst,
-                length: len as u32,
-                lkey,
-            }],
-        )
+        ..SendWr::send(1, vec![sge(dst, len as u32, lkey)])
     };
     p.post_send(Side::A, &[read]).unwrap();
     (dst, data)
@@ -861,14 +743,7 @@ fn a_retransmission_from_a_deregistered_region_fails_with_loc_prot_err() {
                 remote_addr: dst,
                 rkey,
             },
-            ..SendWr::send(
-                1,
-                vec![Sge {
-                    addr: src,
-                    length: 3000,
-                    lkey,
-                }],
-            )
+            ..SendWr::send(1, vec![sge(src, 3000, lkey)])
         }],
     )
     .unwrap();

@@ -13,4 +13,4 @@ mod wrs;
 
 pub use cap::qp_cap;
 pub use rc_moves::{ah_to, init_attr, RcMoves, INIT_MASK, RC_RTR_MASK, RC_RTS_MASK};
-pub use wrs::recv_one;
+pub use wrs::{recv_one, sge};
