@@ -7,11 +7,11 @@ use std::net::{IpAddr, Ipv4Addr};
 use softverbs_api::mw::MwType;
 use softverbs_api::qp::AhAttr;
 use softverbs_api::{
-    AccessFlags, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, SrqAttr,
-    VerbsContext, VerbsResult,
+    AccessFlags, Gid, QpCap, QpInitAttr, QpType, SrqAttr, VerbsContext, VerbsResult,
 };
 use softverbs_emu::engine::{open_device, register_device, DeviceConfig, DeviceLimits, LinkConfig};
 use softverbs_emu::net::channel::ChannelNetwork;
+use softverbs_testkit::{ah_to, init_attr, RcMoves, RC_RTR_MASK};
 
 const EINVAL: i32 = 22;
 const ENOMEM: i32 = 12;
@@ -130,36 +130,19 @@ fn each_cap_is_reported_reached_and_enforced_with_the_errno_of_libibverbs() {
     assert_eq!(errno(ctx.create_qp(pd, &init(within))), ENOMEM);
 
     // Outstanding READ / atomic: max_dest_rd_atomic at RTR.
-    let to_init = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: AccessFlags::REMOTE_READ,
-        ..QpAttr::default()
-    };
-    let init_mask =
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
+    let (to_init, init_mask) = init_attr(AccessFlags::REMOTE_READ);
     ctx.modify_qp(qps[0], &to_init, init_mask).unwrap();
-    let rtr = |dest_rd_atomic| QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: Mtu::Mtu1024,
-        dest_qp_num: 0x99,
-        rq_psn: 1,
-        max_dest_rd_atomic: dest_rd_atomic,
-        min_rnr_timer: 1,
-        ah_attr: AhAttr {
-            dgid: Gid::from_ip(IpAddr::V4(Ipv4Addr::new(127, 23, 1, 2))),
-            port_num: 1,
-            ..AhAttr::default()
-        },
-        ..QpAttr::default()
+    let rtr = |dest_rd_atomic| {
+        let moves = RcMoves {
+            dest_qp_num: 0x99,
+            rq_psn: 1,
+            max_dest_rd_atomic: dest_rd_atomic,
+            ah_attr: ah_to(Gid::from_ip(IpAddr::V4(Ipv4Addr::new(127, 23, 1, 2)))),
+            ..RcMoves::default()
+        };
+        moves.rtr().0
     };
-    let rtr_mask = QpAttrMask::STATE
-        | QpAttrMask::AV
-        | QpAttrMask::PATH_MTU
-        | QpAttrMask::DEST_QPN
-        | QpAttrMask::RQ_PSN
-        | QpAttrMask::MAX_DEST_RD_ATOMIC
-        | QpAttrMask::MIN_RNR_TIMER;
+    let rtr_mask = RC_RTR_MASK;
     assert_eq!(
         errno(ctx.modify_qp(qps[0], &rtr(l.max_rd_atomic as u8 + 1), rtr_mask)),
         EINVAL

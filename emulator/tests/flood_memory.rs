@@ -12,14 +12,12 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use softverbs_api::qp::AhAttr;
-use softverbs_api::{
-    AccessFlags, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, VerbsContext,
-};
+use softverbs_api::{AccessFlags, Gid, Mtu, QpInitAttr, QpType, VerbsContext};
 use softverbs_emu::engine::{open_device, register_device, DeviceConfig, EmuContext};
 use softverbs_emu::wire::{
     write_icrc, BthRepr, IcrcContext, IpHeaderInfo, Opcode, Psn, RethRepr, RoceRepr,
 };
+use softverbs_testkit::{ah_to, qp_cap, RcMoves};
 
 /// How much the peak RSS may grow under the flood.
 const BOUND_BYTES: u64 = 32 << 20;
@@ -50,13 +48,7 @@ fn status_bytes(field: &str) -> u64 {
 fn victim(ctx: &EmuContext, region: &mut [u8]) -> (u32, softverbs_api::backend::MrKeys) {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64, None).unwrap().0;
-    let cap = QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
+    let cap = qp_cap(16, 1);
     let init = QpInitAttr {
         qp_type: QpType::Rc,
         send_cq: cq,
@@ -70,53 +62,18 @@ fn victim(ctx: &EmuContext, region: &mut [u8]) -> (u32, softverbs_api::backend::
     let keys = ctx
         .reg_mr(pd, region.as_mut_ptr() as u64, region.len() as u64, access)
         .unwrap();
-    let attr = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
-        ..QpAttr::default()
-    };
-    let mask =
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
-    ctx.modify_qp(qpn, &attr, mask).unwrap();
-    let attr = QpAttr {
-        qp_state: QpState::Rtr,
+    let moves = RcMoves {
+        access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
         path_mtu: Mtu::Mtu4096,
         dest_qp_num: PEER_QPN,
-        rq_psn: 0,
         max_dest_rd_atomic: 16,
-        min_rnr_timer: 1,
-        ah_attr: AhAttr {
-            dgid: Gid::from_ip(IpAddr::V4(ATTACKER_IP)),
-            port_num: 1,
-            ..AhAttr::default()
-        },
-        ..QpAttr::default()
-    };
-    let mask = QpAttrMask::STATE
-        | QpAttrMask::AV
-        | QpAttrMask::PATH_MTU
-        | QpAttrMask::DEST_QPN
-        | QpAttrMask::RQ_PSN
-        | QpAttrMask::MAX_DEST_RD_ATOMIC
-        | QpAttrMask::MIN_RNR_TIMER;
-    ctx.modify_qp(qpn, &attr, mask).unwrap();
-    let attr = QpAttr {
-        qp_state: QpState::Rts,
-        sq_psn: 0,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
+        ah_attr: ah_to(Gid::from_ip(IpAddr::V4(ATTACKER_IP))),
         max_rd_atomic: 1,
-        ..QpAttr::default()
+        ..RcMoves::default()
     };
-    let mask = QpAttrMask::STATE
-        | QpAttrMask::SQ_PSN
-        | QpAttrMask::TIMEOUT
-        | QpAttrMask::RETRY_CNT
-        | QpAttrMask::RNR_RETRY
-        | QpAttrMask::MAX_QP_RD_ATOMIC;
-    ctx.modify_qp(qpn, &attr, mask).unwrap();
+    for (attr, mask) in moves.all() {
+        ctx.modify_qp(qpn, &attr, mask).unwrap();
+    }
     (qpn, keys)
 }
 

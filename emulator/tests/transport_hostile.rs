@@ -3,44 +3,30 @@
 //! RoCEv2 has no authentication) must not amplify traffic, grow memory, slip past the header
 //! checks or complete work requests they do not belong to (issue 23).
 
-use softverbs_api::{wr::RemoteAddr, AccessFlags, Mtu, QpAttr, SendWr, Sge, WcStatus, WrOpcode};
+use softverbs_api::{wr::RemoteAddr, AccessFlags, Mtu, QpAttr, SendWr, WcStatus, WrOpcode};
 use softverbs_emu::engine::RxDrop;
-use softverbs_emu::sim::{FaultConfig, Side, SimPair, TraceEvent};
+use softverbs_emu::sim::{FaultConfig, Side, SimPair};
 use softverbs_emu::transport::{Env, Outputs};
 use softverbs_emu::wire::{AethKind, AethRepr, BthRepr, NakCode, Opcode, Psn, RethRepr, RoceRepr};
+use softverbs_testkit::{recv_one, sge};
 
 /// The most responses one transport call may make for a READ: the window a READ of any
 /// length is streamed in (the responder's `READ_RESPONSE_BURST`), so memory per READ is
 /// bounded by it.
 const READ_WINDOW: usize = 256;
 
+/// The simulator workload's attributes (short ACK timeout, infinite retries, 4 READ /
+/// atomic resources each way), with PSNs that stay far from the wrap.
 fn attrs() -> QpAttr {
     QpAttr {
         sq_psn: 100,
         rq_psn: 100,
-        timeout: 10,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        min_rnr_timer: 1,
-        max_rd_atomic: 4,
-        max_dest_rd_atomic: 4,
-        ..QpAttr::default()
+        ..softverbs_emu::sim::workload::attrs()
     }
 }
 
 fn pair(mtu: Mtu) -> SimPair {
     SimPair::new_rc(1, FaultConfig::none(), mtu, &attrs())
-}
-
-/// The packets `side` sent, parsed, in order.
-fn sent_by(p: &SimPair, side: Side) -> Vec<Vec<u8>> {
-    p.trace
-        .iter()
-        .filter_map(|e| match e {
-            TraceEvent::Sent { from, bytes, .. } if *from == side => Some(bytes.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 fn opcodes(packets: &[Vec<u8>]) -> Vec<Opcode> {
@@ -160,30 +146,16 @@ fn a_read_at_a_past_psn_that_carried_no_read_is_not_executed() {
         Side::B,
         &[softverbs_api::RecvWr {
             wr_id: 1,
-            sg_list: vec![Sge {
-                addr: buf,
-                length: 64,
-                lkey,
-            }],
+            sg_list: vec![sge(buf, 64, lkey)],
         }],
     )
     .unwrap();
     let (src, slkey, _) = p.register(Side::A, 64, AccessFlags::LOCAL_WRITE);
-    p.post_send(
-        Side::A,
-        &[SendWr::send(
-            7,
-            vec![Sge {
-                addr: src,
-                length: 64,
-                lkey: slkey,
-            }],
-        )],
-    )
-    .unwrap();
+    p.post_send(Side::A, &[SendWr::send(7, vec![sge(src, 64, slkey)])])
+        .unwrap();
     p.run(10_000);
     assert_eq!(p.a.completions.len(), 1);
-    let before = sent_by(&p, Side::B).len();
+    let before = p.sent_by(Side::B).len();
     assert_eq!(
         p.inject(Side::B, 4791, &read_request(100, va, rkey, 65536)),
         Ok(())
@@ -195,7 +167,7 @@ fn a_read_at_a_past_psn_that_carried_no_read_is_not_executed() {
         Ok(())
     );
     p.run(10_000);
-    let after = sent_by(&p, Side::B);
+    let after = p.sent_by(Side::B);
     assert_eq!(
         read_responses(&after[before..]),
         0,
@@ -217,12 +189,12 @@ fn a_duplicate_read_is_replayed_only_within_the_stored_reads_range() {
         Ok(())
     );
     p.run(10_000);
-    let mut seen = sent_by(&p, Side::B).len();
-    assert_eq!(read_responses(&sent_by(&p, Side::B)), 4);
+    let mut seen = p.sent_by(Side::B).len();
+    assert_eq!(read_responses(&p.sent_by(Side::B)), 4);
     let mut responses_to = |p: &mut SimPair, req: RoceRepr<'_>| {
         assert_eq!(p.inject(Side::B, 4791, &req), Ok(()));
         p.run(10_000);
-        let all = sent_by(p, Side::B);
+        let all = p.sent_by(Side::B);
         let n = read_responses(&all[seen..]);
         seen = all.len();
         n
@@ -287,7 +259,7 @@ fn bad_transport_versions_and_partitions_are_dropped_before_the_qp() {
     );
     p.run(1000);
     assert!(
-        sent_by(&p, Side::B).is_empty(),
+        p.sent_by(Side::B).is_empty(),
         "a dropped packet is not answered"
     );
     assert_eq!(p.read(Side::B, va, 16), b_pattern(16));
@@ -306,7 +278,7 @@ fn b_pattern(len: usize) -> Vec<u8> {
 
 /// The NAKs B sent, by code.
 fn naks(p: &SimPair) -> Vec<NakCode> {
-    sent_by(p, Side::B)
+    p.sent_by(Side::B)
         .iter()
         .filter_map(
             |b| match RoceRepr::parse(b).unwrap().0.aeth.map(|a| a.kind()) {
@@ -417,18 +389,8 @@ fn a_read_response_of_the_wrong_opcode_completes_nothing() {
         let (dst, lkey, _) = p.register(Side::A, 256, AccessFlags::LOCAL_WRITE);
         // B needs a receive for the SEND.
         let (rbuf, rlkey, _) = p.register(Side::B, 16, AccessFlags::LOCAL_WRITE);
-        p.post_recv(
-            Side::B,
-            &[softverbs_api::RecvWr {
-                wr_id: 5,
-                sg_list: vec![Sge {
-                    addr: rbuf,
-                    length: 16,
-                    lkey: rlkey,
-                }],
-            }],
-        )
-        .unwrap();
+        p.post_recv(Side::B, &[recv_one(5, rbuf, 16, rlkey)])
+            .unwrap();
         p.lose.extend([(Side::A, 0), (Side::A, 1)]);
         let send = SendWr {
             send_flags: softverbs_api::SendFlags::SIGNALED,
@@ -441,14 +403,7 @@ fn a_read_response_of_the_wrong_opcode_completes_nothing() {
                 remote_addr: src,
                 rkey,
             },
-            ..SendWr::send(
-                2,
-                vec![Sge {
-                    addr: dst,
-                    length: 256,
-                    lkey,
-                }],
-            )
+            ..SendWr::send(2, vec![sge(dst, 256, lkey)])
         };
         p.post_send(Side::A, &[send, read]).unwrap();
         let forged_bytes = [0x66; 256];

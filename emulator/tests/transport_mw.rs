@@ -14,17 +14,13 @@ use softverbs_emu::wire::{AethKind, NakCode, RoceRepr};
 /// The PD of every simulated QP and region (the simulator's `SIM_PD`).
 const PD: u32 = 1;
 
+/// The simulator workload's attributes (short ACK timeout, infinite retries, 4 READ /
+/// atomic resources each way), with PSNs that stay far from the wrap.
 fn attrs() -> QpAttr {
     QpAttr {
         sq_psn: 100,
         rq_psn: 100,
-        timeout: 10,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        min_rnr_timer: 1,
-        max_rd_atomic: 4,
-        max_dest_rd_atomic: 4,
-        ..QpAttr::default()
+        ..softverbs_emu::sim::workload::attrs()
     }
 }
 

@@ -4,33 +4,22 @@
 //!
 //! `SOFTVERBS_SIM_SEEDS=N` runs N seeds of the randomized test instead of the default.
 
-use softverbs_api::{AccessFlags, Mtu, QpAttr, RecvWr, SendWr, Sge, WcFlags, WcOpcode, WcStatus};
+use softverbs_api::{AccessFlags, Mtu, QpAttr, RecvWr, SendWr, WcFlags, WcOpcode, WcStatus};
 use softverbs_emu::sim::{FaultConfig, Side, SimPair, SimRng, TraceEvent};
 use softverbs_emu::transport::CompletionTarget;
 use softverbs_emu::wire::{Opcode, RoceRepr};
+use softverbs_testkit::{recv_one, sge};
 
+/// The simulator workload's attributes (ACK timeout code 10, ~4 ms of virtual time; RNR
+/// timer code 1, 10 us; 4 READ / atomic resources each way) with these retry counts.
 fn attrs(retry_cnt: u8, rnr_retry: u8) -> QpAttr {
     QpAttr {
         sq_psn: 100,
         rq_psn: 100,
-        timeout: 10, // ~4 ms of virtual time
         retry_cnt,
         rnr_retry,
-        min_rnr_timer: 1, // 10 us
-        max_rd_atomic: 4,
-        max_dest_rd_atomic: 4,
-        ..QpAttr::default()
+        ..softverbs_emu::sim::workload::attrs()
     }
-}
-
-fn sent_by(pair: &SimPair, side: Side) -> Vec<Vec<u8>> {
-    pair.trace
-        .iter()
-        .filter_map(|e| match e {
-            TraceEvent::Sent { from, bytes, .. } if *from == side => Some(bytes.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// The (wr_id, status) of every completion a node produced, in order.
@@ -56,32 +45,12 @@ fn send_is_segmented_like_rxe_and_acked_once() {
     let (dst, rlkey, _) = p.register(Side::B, 3000, AccessFlags::LOCAL_WRITE);
     let data: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
     p.write(Side::A, src, &data);
-    p.post_recv(
-        Side::B,
-        &[RecvWr {
-            wr_id: 9,
-            sg_list: vec![Sge {
-                addr: dst,
-                length: 3000,
-                lkey: rlkey,
-            }],
-        }],
-    )
-    .unwrap();
-    p.post_send(
-        Side::A,
-        &[SendWr::send(
-            1,
-            vec![Sge {
-                addr: src,
-                length: 3000,
-                lkey,
-            }],
-        )],
-    )
-    .unwrap();
+    p.post_recv(Side::B, &[recv_one(9, dst, 3000, rlkey)])
+        .unwrap();
+    p.post_send(Side::A, &[SendWr::send(1, vec![sge(src, 3000, lkey)])])
+        .unwrap();
     p.run(10_000);
-    let a = sent_by(&p, Side::A);
+    let a = p.sent_by(Side::A);
     let ops: Vec<Opcode> = a.iter().map(|b| opcode_of(b)).collect();
     assert_eq!(
         ops,
@@ -104,7 +73,7 @@ fn send_is_segmented_like_rxe_and_acked_once() {
         reprs.iter().map(|r| r.payload.len()).collect::<Vec<_>>(),
         [1024, 1024, 952]
     );
-    let b = sent_by(&p, Side::B);
+    let b = p.sent_by(Side::B);
     assert_eq!(b.len(), 1, "one ACK for one AckReq packet");
     let ack = RoceRepr::parse(&b[0]).unwrap().0;
     assert_eq!(ack.bth.opcode, Opcode::RC_ACKNOWLEDGE);
@@ -155,29 +124,13 @@ fn run_oracle(seed: u64, faults: FaultConfig, messages: usize) -> Result<SimPair
                 rng.below(len as u64) as u32
             };
             let gather = vec![
-                Sge {
-                    addr: src + base,
-                    length: cut,
-                    lkey,
-                },
-                Sge {
-                    addr: src + base + cut as u64,
-                    length: len as u32 - cut,
-                    lkey,
-                },
+                sge(src + base, cut, lkey),
+                sge(src + base + cut as u64, len as u32 - cut, lkey),
             ];
             let rcut = rng.below(max_len as u64) as u32;
             let scatter = vec![
-                Sge {
-                    addr: dst + base,
-                    length: rcut,
-                    lkey: rlkey,
-                },
-                Sge {
-                    addr: dst + base + rcut as u64,
-                    length: max_len as u32 - rcut,
-                    lkey: rlkey,
-                },
+                sge(dst + base, rcut, rlkey),
+                sge(dst + base + rcut as u64, max_len as u32 - rcut, rlkey),
             ];
             let imm = rng.chance(500).then(|| rng.next_u64() as u32);
             recvs.push(RecvWr {
@@ -309,30 +262,13 @@ fn lonely_send(retry_cnt: u8, rnr_retry: u8, faults: FaultConfig, post_recv: boo
     let (src, lkey, _) = p.register(Side::A, 64, AccessFlags::LOCAL_WRITE);
     let (dst, rlkey, _) = p.register(Side::B, 64, AccessFlags::LOCAL_WRITE);
     if post_recv {
-        p.post_recv(
-            Side::B,
-            &[RecvWr {
-                wr_id: 1,
-                sg_list: vec![Sge {
-                    addr: dst,
-                    length: 64,
-                    lkey: rlkey,
-                }],
-            }],
-        )
-        .unwrap();
+        p.post_recv(Side::B, &[recv_one(1, dst, 64, rlkey)])
+            .unwrap();
     }
     p.post_send(
         Side::A,
         &[
-            SendWr::send(
-                1,
-                vec![Sge {
-                    addr: src,
-                    length: 64,
-                    lkey,
-                }],
-            ),
+            SendWr::send(1, vec![sge(src, 64, lkey)]),
             SendWr::send(2, vec![]),
         ],
     )
@@ -349,7 +285,8 @@ fn retry_exhaustion_after_exactly_retry_cnt_retries() {
             ..FaultConfig::none()
         };
         let p = lonely_send(retry_cnt, 7, total_loss, true);
-        let first_psn_sends = sent_by(&p, Side::A)
+        let first_psn_sends = p
+            .sent_by(Side::A)
             .iter()
             .filter(|b| RoceRepr::parse(b).unwrap().0.bth.psn.value() == 100)
             .count();
@@ -376,18 +313,8 @@ fn retry_cnt_7_never_gives_up() {
     };
     let mut p = SimPair::new_rc(5, total_loss, Mtu::Mtu1024, &attrs(7, 7));
     let (src, lkey, _) = p.register(Side::A, 64, AccessFlags::LOCAL_WRITE);
-    p.post_send(
-        Side::A,
-        &[SendWr::send(
-            1,
-            vec![Sge {
-                addr: src,
-                length: 64,
-                lkey,
-            }],
-        )],
-    )
-    .unwrap();
+    p.post_send(Side::A, &[SendWr::send(1, vec![sge(src, 64, lkey)])])
+        .unwrap();
     assert_eq!(p.run(500), 500, "still retransmitting after 500 steps");
     assert!(p.a.completions.is_empty());
     assert!(p.a.qp.counters.ack_timeouts >= 400);
@@ -397,7 +324,8 @@ fn retry_cnt_7_never_gives_up() {
 fn rnr_exhaustion_after_exactly_rnr_retry_retries() {
     for rnr_retry in [0u8, 2, 5] {
         let p = lonely_send(7, rnr_retry, FaultConfig::none(), false);
-        let rnr_naks = sent_by(&p, Side::B)
+        let rnr_naks = p
+            .sent_by(Side::B)
             .iter()
             .filter(|b| {
                 RoceRepr::parse(b)
@@ -422,35 +350,15 @@ fn rnr_nak_carries_min_rnr_timer_and_delivery_resumes() {
     let (src, lkey, _) = p.register(Side::A, 64, AccessFlags::LOCAL_WRITE);
     let (dst, rlkey, _) = p.register(Side::B, 64, AccessFlags::LOCAL_WRITE);
     p.write(Side::A, src, &[0x5a; 64]);
-    p.post_send(
-        Side::A,
-        &[SendWr::send(
-            1,
-            vec![Sge {
-                addr: src,
-                length: 64,
-                lkey,
-            }],
-        )],
-    )
-    .unwrap();
+    p.post_send(Side::A, &[SendWr::send(1, vec![sge(src, 64, lkey)])])
+        .unwrap();
     p.run(50);
-    let b_sent = sent_by(&p, Side::B);
+    let b_sent = p.sent_by(Side::B);
     let first_nak = RoceRepr::parse(&b_sent[0]).unwrap().0;
     assert_eq!(first_nak.aeth.unwrap().syndrome, 0x20 | 1);
     assert!(p.a.completions.is_empty());
-    p.post_recv(
-        Side::B,
-        &[RecvWr {
-            wr_id: 1,
-            sg_list: vec![Sge {
-                addr: dst,
-                length: 64,
-                lkey: rlkey,
-            }],
-        }],
-    )
-    .unwrap();
+    p.post_recv(Side::B, &[recv_one(1, dst, 64, rlkey)])
+        .unwrap();
     p.run(10_000);
     assert_eq!(p.read(Side::B, dst, 64), vec![0x5a; 64]);
     assert_eq!(p.a.completions.len(), 1);
@@ -478,32 +386,13 @@ fn psn_wraps_around_2_pow_24() {
     let (dst, rlkey, _) = p.register(Side::B, 2048, AccessFlags::LOCAL_WRITE);
     let data: Vec<u8> = (0..2048u32).map(|i| (i ^ (i >> 8)) as u8).collect();
     p.write(Side::A, src, &data);
-    p.post_recv(
-        Side::B,
-        &[RecvWr {
-            wr_id: 1,
-            sg_list: vec![Sge {
-                addr: dst,
-                length: 2048,
-                lkey: rlkey,
-            }],
-        }],
-    )
-    .unwrap();
-    p.post_send(
-        Side::A,
-        &[SendWr::send(
-            1,
-            vec![Sge {
-                addr: src,
-                length: 2048,
-                lkey,
-            }],
-        )],
-    )
-    .unwrap();
+    p.post_recv(Side::B, &[recv_one(1, dst, 2048, rlkey)])
+        .unwrap();
+    p.post_send(Side::A, &[SendWr::send(1, vec![sge(src, 2048, lkey)])])
+        .unwrap();
     p.run(100_000);
-    let psns: Vec<u32> = sent_by(&p, Side::A)
+    let psns: Vec<u32> = p
+        .sent_by(Side::A)
         .iter()
         .map(|b| RoceRepr::parse(b).unwrap().0.bth.psn.value())
         .collect();
@@ -522,34 +411,17 @@ fn at_most_128_psns_unacknowledged() {
     let len = 256 * 1000;
     let (src, lkey, _) = p.register(Side::A, len, AccessFlags::LOCAL_WRITE);
     let (dst, rlkey, _) = p.register(Side::B, len, AccessFlags::LOCAL_WRITE);
-    p.post_recv(
-        Side::B,
-        &[RecvWr {
-            wr_id: 1,
-            sg_list: vec![Sge {
-                addr: dst,
-                length: len as u32,
-                lkey: rlkey,
-            }],
-        }],
-    )
-    .unwrap();
+    p.post_recv(Side::B, &[recv_one(1, dst, len as u32, rlkey)])
+        .unwrap();
     p.post_send(
         Side::A,
-        &[SendWr::send(
-            1,
-            vec![Sge {
-                addr: src,
-                length: len as u32,
-                lkey,
-            }],
-        )],
+        &[SendWr::send(1, vec![sge(src, len as u32, lkey)])],
     )
     .unwrap();
     // Before any packet is delivered, only the window went out.
-    assert_eq!(sent_by(&p, Side::A).len(), 128);
+    assert_eq!(p.sent_by(Side::A).len(), 128);
     p.run(100_000);
-    let a = sent_by(&p, Side::A);
+    let a = p.sent_by(Side::A);
     assert_eq!(a.len(), 1000);
     // Every 64th packet asks for an ACK so the window keeps moving (rxe's RXE_MAX_PKT_PER_ACK).
     let ack_reqs = a
@@ -579,25 +451,11 @@ fn faults_with_a_small_retry_budget_still_complete() {
         let (dst, rlkey, _) = p.register(Side::B, len, AccessFlags::LOCAL_WRITE);
         let data: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
         p.write(Side::A, src, &data);
-        let recv = RecvWr {
-            wr_id: 1,
-            sg_list: vec![Sge {
-                addr: dst,
-                length: len as u32,
-                lkey: rlkey,
-            }],
-        };
+        let recv = recv_one(1, dst, len as u32, rlkey);
         p.post_recv(Side::B, &[recv]).unwrap();
         p.post_send(
             Side::A,
-            &[SendWr::send(
-                1,
-                vec![Sge {
-                    addr: src,
-                    length: len as u32,
-                    lkey,
-                }],
-            )],
+            &[SendWr::send(1, vec![sge(src, len as u32, lkey)])],
         )
         .unwrap();
         p.run(1_000_000);
@@ -613,19 +471,9 @@ fn a_duplicated_sequence_nak_costs_one_retry_and_one_rewind() {
     use softverbs_emu::wire::{AethRepr, BthRepr, NakCode, Psn};
     let mut p = SimPair::new_rc(9, FaultConfig::none(), Mtu::Mtu256, &attrs(3, 3));
     let (src, lkey, _) = p.register(Side::A, 1280, AccessFlags::LOCAL_WRITE);
-    p.post_send(
-        Side::A,
-        &[SendWr::send(
-            1,
-            vec![Sge {
-                addr: src,
-                length: 1280,
-                lkey,
-            }],
-        )],
-    )
-    .unwrap();
-    assert_eq!(sent_by(&p, Side::A).len(), 5, "PSNs 100..=104 went out");
+    p.post_send(Side::A, &[SendWr::send(1, vec![sge(src, 1280, lkey)])])
+        .unwrap();
+    assert_eq!(p.sent_by(Side::A).len(), 5, "PSNs 100..=104 went out");
     // The responder lost PSN 102 and NAKs it; the network delivers that NAK twice.
     let nak = {
         let mut r = RoceRepr::new(
@@ -666,31 +514,17 @@ fn send_with_invalidate_carries_the_rkey_and_a_plain_mr_cannot_be_invalidated() 
         2000,
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
     );
-    let recv = RecvWr {
-        wr_id: 5,
-        sg_list: vec![Sge {
-            addr: dst,
-            length: 2000,
-            lkey: rlkey,
-        }],
-    };
+    let recv = recv_one(5, dst, 2000, rlkey);
     p.post_recv(Side::B, &[recv]).unwrap();
     let wr = SendWr {
         opcode: WrOpcode::SendWithInv,
         invalidate_rkey: rkey,
-        ..SendWr::send(
-            1,
-            vec![Sge {
-                addr: src,
-                length: 2000,
-                lkey,
-            }],
-        )
+        ..SendWr::send(1, vec![sge(src, 2000, lkey)])
     };
     p.post_send(Side::A, &[wr, SendWr::send(2, vec![])])
         .unwrap();
     p.run(10_000);
-    let a = sent_by(&p, Side::A);
+    let a = p.sent_by(Side::A);
     let last = RoceRepr::parse(&a[1]).unwrap().0;
     assert_eq!(last.bth.opcode, Opcode::RC_SEND_LAST_WITH_INVALIDATE);
     assert_eq!(last.ieth, Some(rkey));
@@ -715,38 +549,15 @@ fn local_invalidate_waits_for_earlier_work_and_fails_on_a_plain_mr() {
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
     );
     let (dst, rlkey, _) = p.register(Side::B, 64, AccessFlags::LOCAL_WRITE);
-    p.post_recv(
-        Side::B,
-        &[RecvWr {
-            wr_id: 1,
-            sg_list: vec![Sge {
-                addr: dst,
-                length: 64,
-                lkey: rlkey,
-            }],
-        }],
-    )
-    .unwrap();
+    p.post_recv(Side::B, &[recv_one(1, dst, 64, rlkey)])
+        .unwrap();
     let inv = SendWr {
         opcode: WrOpcode::LocalInv,
         invalidate_rkey: rkey,
         ..SendWr::send(2, vec![])
     };
-    p.post_send(
-        Side::A,
-        &[
-            SendWr::send(
-                1,
-                vec![Sge {
-                    addr: src,
-                    length: 64,
-                    lkey,
-                }],
-            ),
-            inv,
-        ],
-    )
-    .unwrap();
+    p.post_send(Side::A, &[SendWr::send(1, vec![sge(src, 64, lkey)]), inv])
+        .unwrap();
     // Nothing completes before the SEND is acknowledged.
     assert!(p.a.completions.is_empty());
     p.run(10_000);
@@ -770,16 +581,7 @@ fn solicited_event_bit_only_on_the_last_packet_of_sends_and_write_with_imm() {
         3000,
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
     );
-    let recvs: Vec<RecvWr> = (0..2)
-        .map(|i| RecvWr {
-            wr_id: i,
-            sg_list: vec![Sge {
-                addr: dst,
-                length: 3000,
-                lkey: rlkey,
-            }],
-        })
-        .collect();
+    let recvs: Vec<RecvWr> = (0..2).map(|i| recv_one(i, dst, 3000, rlkey)).collect();
     p.post_recv(Side::B, &recvs).unwrap();
     let solicited = |mut wr: SendWr| {
         wr.send_flags |= SendFlags::SOLICITED;
@@ -789,11 +591,7 @@ fn solicited_event_bit_only_on_the_last_packet_of_sends_and_write_with_imm() {
         };
         wr
     };
-    let sge = Sge {
-        addr: src,
-        length: 3000,
-        lkey,
-    };
+    let sge = sge(src, 3000, lkey);
     let write_imm = SendWr {
         opcode: WrOpcode::RdmaWriteWithImm,
         ..SendWr::send(2, vec![sge])
@@ -812,7 +610,8 @@ fn solicited_event_bit_only_on_the_last_packet_of_sends_and_write_with_imm() {
     )
     .unwrap();
     p.run(10_000);
-    let se: Vec<(Opcode, bool)> = sent_by(&p, Side::A)
+    let se: Vec<(Opcode, bool)> = p
+        .sent_by(Side::A)
         .iter()
         .map(|b| {
             let r = RoceRepr::parse(b).unwrap().0;
@@ -872,14 +671,7 @@ fn post_a_read_of_random_bytes(p: &mut SimPair, len: usize, seed: u64) -> (u64, 
             remote_addr: src,
             rkey,
         },
-        ..SendWr::send(
-            1,
-            vec![Sge {
-                addr: dst,
-                length: len as u32,
-                lkey,
-            }],
-        )
+        ..SendWr::send(1, vec![sge(dst, len as u32, lkey)])
     };
     p.post_send(Side::A, &[read]).unwrap();
     (dst, data)
@@ -911,7 +703,8 @@ fn a_read_is_not_asked_again_while_its_old_responses_still_arrive() {
     let (dst, data) = post_a_read_of_random_bytes(&mut p, 256 * 1024, 7);
     p.run(200_000);
     assert_the_read_arrived(&mut p, dst, &data, "slow link");
-    let requests = sent_by(&p, Side::A)
+    let requests = p
+        .sent_by(Side::A)
         .iter()
         .filter(|b| opcode_of(b) == Opcode::RC_RDMA_READ_REQUEST)
         .count();
@@ -950,19 +743,12 @@ fn a_retransmission_from_a_deregistered_region_fails_with_loc_prot_err() {
                 remote_addr: dst,
                 rkey,
             },
-            ..SendWr::send(
-                1,
-                vec![Sge {
-                    addr: src,
-                    length: 3000,
-                    lkey,
-                }],
-            )
+            ..SendWr::send(1, vec![sge(src, 3000, lkey)])
         }],
     )
     .unwrap();
     // The first transmission (3 packets) is built from the region, and lost.
-    let first = sent_by(&p, Side::A);
+    let first = p.sent_by(Side::A);
     assert_eq!(first.len(), 3);
     assert_eq!(&first[0][12 + 16..12 + 16 + 1024], &pattern[..1024]);
     p.a.mem.deregister(lkey).unwrap();
@@ -971,6 +757,6 @@ fn a_retransmission_from_a_deregistered_region_fails_with_loc_prot_err() {
     assert_eq!(statuses(&p.a), [(1, WcStatus::LocProtErr)]);
     assert_eq!(p.a.qp.state(), softverbs_api::QpState::Err);
     // Nothing was sent once the region was gone, and the responder's memory is untouched.
-    assert_eq!(sent_by(&p, Side::A).len(), 3);
+    assert_eq!(p.sent_by(Side::A).len(), 3);
     assert_eq!(p.read(Side::B, dst, 3000), vec![0u8; 3000]);
 }

@@ -4,13 +4,15 @@
 //! as soon as their packets are out; nothing is ever acknowledged.
 
 use softverbs_api::{
-    qp::AhAttr, AccessFlags, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendWr,
-    Sge, WcOpcode, WcStatus,
+    qp::AhAttr, AccessFlags, Gid, Mtu, QpAttr, QpAttrMask, QpState, QpType, RecvWr, SendWr,
+    WcOpcode, WcStatus,
 };
 use softverbs_emu::memory::{MrTable, RdmaBuffer};
 use softverbs_emu::sim::{FaultConfig, Side, SimPair};
 use softverbs_emu::transport::{CompletionTarget, Env, OutPacket, Outputs, TransportQp};
 use softverbs_emu::wire::RoceRepr;
+use softverbs_testkit::qp_cap;
+use softverbs_testkit::sge;
 
 const PD: u32 = 1;
 const MTU: usize = 256;
@@ -27,13 +29,7 @@ fn node(qpn: u32, peer_qpn: u32, peer_ip: [u8; 4]) -> Node {
 }
 
 fn node_with_mtu(qpn: u32, peer_qpn: u32, peer_ip: [u8; 4], path_mtu: Mtu) -> Node {
-    let cap = QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
+    let cap = qp_cap(16, 1);
     let mem = MrTable::new(8);
     let buf = RdmaBuffer::new(64 * 1024).unwrap();
     let keys = mem
@@ -86,11 +82,7 @@ fn pair() -> (Node, Node) {
 /// send completed at once.
 fn send(a: &mut Node, wr_id: u64, data: &[u8], imm: u32) -> Vec<OutPacket> {
     a.buf.write(0, data).unwrap();
-    let sge = Sge {
-        addr: a.buf.addr(),
-        length: data.len() as u32,
-        lkey: a.lkey,
-    };
+    let sge = sge(a.buf.addr(), data.len() as u32, a.lkey);
     let mut out = Outputs::default();
     let env = Env::new(&a.mem, 0);
     a.qp.post_send(
@@ -111,11 +103,7 @@ fn send(a: &mut Node, wr_id: u64, data: &[u8], imm: u32) -> Vec<OutPacket> {
 }
 
 fn post_recv(b: &mut Node, wr_id: u64, slot: usize, len: u32) {
-    let sge = Sge {
-        addr: b.buf.addr() + (slot * 4096) as u64,
-        length: len,
-        lkey: b.lkey,
-    };
+    let sge = sge(b.buf.addr() + (slot * 4096) as u64, len, b.lkey);
     b.qp.post_recv(
         &[RecvWr {
             wr_id,
@@ -148,11 +136,7 @@ fn small_payloads_travel_in_their_packet_and_large_ones_stay_in_memory_until_sen
     let mut a = node_with_mtu(0x11, 0x12, [127, 0, 0, 2], Mtu::Mtu1024);
     let msg = data(5, 1024 + 100);
     a.buf.write(0, &msg).unwrap();
-    let sge = Sge {
-        addr: a.buf.addr(),
-        length: msg.len() as u32,
-        lkey: a.lkey,
-    };
+    let sge = sge(a.buf.addr(), msg.len() as u32, a.lkey);
     let mut out = Outputs::default();
     // As the engine drives it: payloads may be left in memory for the send.
     let env = Env {
@@ -290,11 +274,7 @@ fn a_too_small_buffer_drops_the_message_and_keeps_the_qp() {
 #[test]
 fn read_and_atomics_are_refused_at_post_time_on_uc() {
     let (mut a, _) = pair();
-    let sge = Sge {
-        addr: a.buf.addr(),
-        length: 8,
-        lkey: a.lkey,
-    };
+    let sge = sge(a.buf.addr(), 8, a.lkey);
     for opcode in [
         softverbs_api::WrOpcode::RdmaRead,
         softverbs_api::WrOpcode::AtomicCmpAndSwp,
@@ -337,11 +317,7 @@ fn under_random_faults_every_completed_receive_is_exact() {
         let (dst, rlkey, _) = p.register(Side::B, N * 1024, AccessFlags::LOCAL_WRITE);
         for k in 0..N {
             p.write(Side::A, src + (k * LEN) as u64, &data(k as u8, LEN));
-            let sge = Sge {
-                addr: dst + (k * 1024) as u64,
-                length: 1024,
-                lkey: rlkey,
-            };
+            let sge = sge(dst + (k * 1024) as u64, 1024, rlkey);
             p.post_recv(
                 Side::B,
                 &[RecvWr {
@@ -352,11 +328,7 @@ fn under_random_faults_every_completed_receive_is_exact() {
             .unwrap();
         }
         for k in 0..N {
-            let sge = Sge {
-                addr: src + (k * LEN) as u64,
-                length: LEN as u32,
-                lkey,
-            };
+            let sge = sge(src + (k * LEN) as u64, LEN as u32, lkey);
             p.post_send(
                 Side::A,
                 &[SendWr::send_with_imm(k as u64, vec![sge], k as u32)],

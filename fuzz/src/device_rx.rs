@@ -30,8 +30,8 @@ use parking_lot::Mutex;
 use softverbs_api::qp::AhAttr;
 use softverbs_api::wr::RemoteAddr;
 use softverbs_api::{
-    AccessFlags, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendWr,
-    Sge, VerbsContext, WorkCompletion,
+    AccessFlags, Gid, QpAttr, QpAttrMask, QpInitAttr, QpState, QpType, RecvWr, SendWr, Sge,
+    VerbsContext, WorkCompletion,
 };
 use softverbs_emu::engine::{open_device, register_device, DeviceConfig, EmuContext, LinkConfig};
 use softverbs_emu::memory::RdmaBuffer;
@@ -40,6 +40,7 @@ use softverbs_emu::net::{Link, OutPacket};
 use softverbs_emu::wire::{
     write_icrc, HeaderSet, IcrcContext, IpHeaderInfo, Opcode, Psn, BTH_LEN, ICRC_LEN,
 };
+use softverbs_testkit::{ah_to, qp_cap, RcMoves};
 
 const DEVICE_IP: Ipv4Addr = Ipv4Addr::new(127, 23, 200, 1);
 const PEER_IP: Ipv4Addr = Ipv4Addr::new(127, 23, 200, 2);
@@ -157,13 +158,7 @@ impl Fixture {
             send_cq: self.cq,
             recv_cq: self.cq,
             srq: None,
-            cap: QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 2,
-                max_recv_sge: 2,
-                max_inline_data: 0,
-            },
+            cap: qp_cap(16, 2),
             sq_sig_all: true,
         };
         let (rc, _) = self
@@ -208,62 +203,22 @@ impl Fixture {
     }
 
     fn connect_rc(&self, qpn: u32) {
-        let modify = |attr: QpAttr, mask| self.ctx.modify_qp(qpn, &attr, mask).expect("modify");
-        modify(
-            QpAttr {
-                qp_state: QpState::Init,
-                port_num: 1,
-                qp_access_flags: AccessFlags::REMOTE_WRITE
-                    | AccessFlags::REMOTE_READ
-                    | AccessFlags::REMOTE_ATOMIC,
-                ..QpAttr::default()
+        let moves = RcMoves {
+            access: AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+            dest_qp_num: PEER_QPN,
+            rq_psn: PEER_SQ_PSN,
+            ah_attr: AhAttr {
+                hop_limit: 64,
+                ..ah_to(Gid::from_ip(IpAddr::V4(PEER_IP)))
             },
-            QpAttrMask::STATE
-                | QpAttrMask::PKEY_INDEX
-                | QpAttrMask::PORT
-                | QpAttrMask::ACCESS_FLAGS,
-        );
-        modify(
-            QpAttr {
-                qp_state: QpState::Rtr,
-                path_mtu: Mtu::Mtu1024,
-                dest_qp_num: PEER_QPN,
-                rq_psn: PEER_SQ_PSN,
-                max_dest_rd_atomic: 4,
-                min_rnr_timer: 1,
-                ah_attr: AhAttr {
-                    dgid: Gid::from_ip(IpAddr::V4(PEER_IP)),
-                    hop_limit: 64,
-                    port_num: 1,
-                    ..AhAttr::default()
-                },
-                ..QpAttr::default()
-            },
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-                | QpAttrMask::MAX_DEST_RD_ATOMIC
-                | QpAttrMask::MIN_RNR_TIMER,
-        );
-        modify(
-            QpAttr {
-                qp_state: QpState::Rts,
-                sq_psn: DEVICE_SQ_PSN,
-                timeout: 14,
-                retry_cnt: 7,
-                rnr_retry: 7,
-                max_rd_atomic: 4,
-                ..QpAttr::default()
-            },
-            QpAttrMask::STATE
-                | QpAttrMask::SQ_PSN
-                | QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::MAX_QP_RD_ATOMIC,
-        );
+            sq_psn: DEVICE_SQ_PSN,
+            ..RcMoves::default()
+        };
+        for (attr, mask) in moves.all() {
+            self.ctx.modify_qp(qpn, &attr, mask).expect("modify");
+        }
     }
 
     fn ready_ud(&self, qpn: u32) {

@@ -12,6 +12,11 @@ use softverbs::{
     RdmaBuffer, RecvWr, RemoteAddr, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion,
     WrOpcode,
 };
+use softverbs_testkit::qp_cap;
+
+mod rtr_only;
+
+pub use rtr_only::to_rtr_only;
 
 /// Bound on every wait for a completion or an event: generous, since the machine is shared;
 /// a test fails (never hangs) when it passes.
@@ -72,13 +77,7 @@ pub struct SideConfig {
 impl Default for SideConfig {
     fn default() -> Self {
         SideConfig {
-            cap: QpCap {
-                max_send_wr: 64,
-                max_recv_wr: 64,
-                max_send_sge: 4,
-                max_recv_sge: 4,
-                max_inline_data: 0,
-            },
+            cap: qp_cap(64, 4),
             sq_sig_all: false,
             buf_len: 64 * 1024,
             cq_depth: 256,

@@ -15,14 +15,15 @@ use std::time::Duration;
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use softverbs::{
-    AccessFlags, AsyncElement, AsyncEvent, AsyncEventKind, AsyncEvents, Context, PortState, QpAttr,
-    QpAttrMask, QpState, RcConnectOptions, SendWr, WcStatus,
+    AccessFlags, AsyncElement, AsyncEvent, AsyncEventKind, AsyncEvents, Context, PortState,
+    QpState, RcConnectOptions, SendWr, WcStatus,
 };
 use softverbs_api::AhAttr;
 use softverbs_conformance::{
     device_name, open_udp_device, pattern, poll_1, rc_pair, rdma_write_wr, register_mr, remote_at,
     send_and_verify, wait_until, Side, SideConfig, WAIT,
 };
+use softverbs_testkit::{ah_to, RcMoves};
 
 const FILE: u8 = 42;
 const NOW: Option<Duration> = Some(Duration::ZERO);
@@ -310,44 +311,23 @@ fn comm_est_on_the_first_packet_in_rtr() {
     let ep_b = b.qp.endpoint(2, opts.sgid_index).unwrap();
     a.qp.connect_rc(1, &ep_b, &opts).unwrap();
     // b only to RTR: it receives but cannot send (its ACKs still go out, as in verbs).
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: opts.access,
-        ..QpAttr::default()
-    };
-    b.qp.modify(
-        &init,
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-    )
-    .unwrap();
-    let rtr = QpAttr {
-        qp_state: QpState::Rtr,
+    let moves = RcMoves {
+        access: opts.access,
         path_mtu: opts.path_mtu,
         dest_qp_num: ep_a.qpn,
         rq_psn: ep_a.psn,
         max_dest_rd_atomic: opts.max_dest_rd_atomic,
         min_rnr_timer: opts.min_rnr_timer,
         ah_attr: AhAttr {
-            dgid: ep_a.gid,
             sgid_index: opts.sgid_index,
             hop_limit: 64,
-            port_num: 1,
-            ..AhAttr::default()
+            ..ah_to(ep_a.gid)
         },
-        ..QpAttr::default()
+        ..RcMoves::default()
     };
-    b.qp.modify(
-        &rtr,
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )
-    .unwrap();
+    for (attr, mask) in [moves.init(), moves.rtr()] {
+        b.qp.modify(&attr, mask).unwrap();
+    }
     let b_events = b.ctx.async_events().unwrap();
     assert_no_event(&b_events, "RTR before any packet");
     for i in 0..3u64 {

@@ -6,13 +6,14 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use softverbs::{
-    devices, register_device, Context, DeviceConfig, Gid, GidType, Mtu, PortState, QpAttr,
-    QpAttrMask, QpState,
+    devices, register_device, AccessFlags, Context, DeviceConfig, Gid, GidType, Mtu, PortState,
+    QpAttr, QpState,
 };
 use softverbs_api::qp::AhAttr;
 use softverbs_conformance::{
     device_name, open_udp_device, register_and_open, test_ip, Side, SideConfig,
 };
+use softverbs_testkit::{init_attr, RC_RTR_MASK};
 
 const FILE: u8 = 1;
 
@@ -100,20 +101,8 @@ fn active_mtu_follows_the_netdev_mtu() {
 
     // A QP on it cannot use a path MTU above the active MTU.
     let side = Side::new(&ctx, &SideConfig::default());
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        ..QpAttr::default()
-    };
-    side.qp
-        .modify(
-            &init,
-            QpAttrMask::STATE
-                | QpAttrMask::PKEY_INDEX
-                | QpAttrMask::PORT
-                | QpAttrMask::ACCESS_FLAGS,
-        )
-        .expect("RESET -> INIT");
+    let (init, init_mask) = init_attr(AccessFlags::empty());
+    side.qp.modify(&init, init_mask).expect("RESET -> INIT");
     let mut rtr = QpAttr {
         qp_state: QpState::Rtr,
         path_mtu: Mtu::Mtu2048,
@@ -126,13 +115,7 @@ fn active_mtu_follows_the_netdev_mtu() {
         },
         ..QpAttr::default()
     };
-    let mask = QpAttrMask::STATE
-        | QpAttrMask::AV
-        | QpAttrMask::PATH_MTU
-        | QpAttrMask::DEST_QPN
-        | QpAttrMask::RQ_PSN
-        | QpAttrMask::MAX_DEST_RD_ATOMIC
-        | QpAttrMask::MIN_RNR_TIMER;
+    let mask = RC_RTR_MASK;
     assert_eq!(side.qp.modify(&rtr, mask).unwrap_err().errno(), 22);
     assert_eq!(side.qp.state().unwrap(), QpState::Init);
     rtr.path_mtu = Mtu::Mtu1024;

@@ -6,14 +6,15 @@
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, UdpSocket};
 
 use softverbs::{
-    ChannelNetwork, DeviceConfig, Gid, GidType, LinkConfig, Mtu, QpAttr, QpAttrMask, QpState,
-    RcConnectOptions, SendWr,
+    AccessFlags, ChannelNetwork, DeviceConfig, Gid, GidType, LinkConfig, Mtu, QpAttr, QpAttrMask,
+    QpState, RcConnectOptions, SendWr,
 };
 use softverbs_api::qp::AhAttr;
 use softverbs_conformance::{
     assert_bytes_eq, check_recv_wc, check_send_wc, connect_pair, device_name, pattern, poll_1,
     register_and_open, send_and_verify, side_pair, test_ip, SideConfig,
 };
+use softverbs_testkit::{init_attr, RC_RTR_MASK};
 
 const FILE: u8 = 8;
 
@@ -115,15 +116,8 @@ fn send_recv_over_ipv6_loopback_with_explicit_ports() {
     assert_eq!(ep_a.qpn, a.qpn());
 
     // An IPv4-mapped destination is unreachable from an IPv6 device: EINVAL at RTR.
-    a.qp.modify(
-        &QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-    )
-    .unwrap();
+    let (init, init_mask) = init_attr(AccessFlags::empty());
+    a.qp.modify(&init, init_mask).unwrap();
     let rtr = QpAttr {
         qp_state: QpState::Rtr,
         dest_qp_num: b.qpn(),
@@ -135,14 +129,7 @@ fn send_recv_over_ipv6_loopback_with_explicit_ports() {
         },
         ..QpAttr::default()
     };
-    let rtr_mask = QpAttrMask::STATE
-        | QpAttrMask::AV
-        | QpAttrMask::PATH_MTU
-        | QpAttrMask::DEST_QPN
-        | QpAttrMask::RQ_PSN
-        | QpAttrMask::MAX_DEST_RD_ATOMIC
-        | QpAttrMask::MIN_RNR_TIMER;
-    assert_eq!(a.qp.modify(&rtr, rtr_mask).unwrap_err().errno(), 22);
+    assert_eq!(a.qp.modify(&rtr, RC_RTR_MASK).unwrap_err().errno(), 22);
     a.qp.modify(
         &QpAttr {
             qp_state: QpState::Reset,

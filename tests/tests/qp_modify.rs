@@ -12,68 +12,44 @@ use softverbs_conformance::{
     check_flushed, connect_pair, open_udp_device, poll_1, rc_pair, send_and_verify, side_pair,
     Side, SideConfig,
 };
+use softverbs_testkit::{ah_to, RcMoves};
 
 const FILE: u8 = 3;
 
 fn init_attr(access: AccessFlags) -> (QpAttr, QpAttrMask) {
-    (
-        QpAttr {
-            qp_state: QpState::Init,
-            pkey_index: 0,
-            port_num: 1,
-            qp_access_flags: access,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-    )
+    RcMoves {
+        access,
+        ..RcMoves::default()
+    }
+    .init()
 }
 
 fn rtr_attr(dgid: Gid, dest_qpn: u32, rq_psn: u32, mtu: Mtu) -> (QpAttr, QpAttrMask) {
-    (
-        QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: mtu,
-            dest_qp_num: dest_qpn,
-            rq_psn,
-            max_dest_rd_atomic: 4,
-            min_rnr_timer: 9,
-            ah_attr: AhAttr {
-                dgid,
-                sgid_index: 1,
-                hop_limit: 64,
-                port_num: 1,
-                ..AhAttr::default()
-            },
-            ..QpAttr::default()
+    RcMoves {
+        path_mtu: mtu,
+        dest_qp_num: dest_qpn,
+        rq_psn,
+        min_rnr_timer: 9,
+        ah_attr: AhAttr {
+            sgid_index: 1,
+            hop_limit: 64,
+            ..ah_to(dgid)
         },
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )
+        ..RcMoves::default()
+    }
+    .rtr()
 }
 
 fn rts_attr(sq_psn: u32) -> (QpAttr, QpAttrMask) {
-    (
-        QpAttr {
-            qp_state: QpState::Rts,
-            sq_psn,
-            timeout: 17,
-            retry_cnt: 5,
-            rnr_retry: 6,
-            max_rd_atomic: 3,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-    )
+    RcMoves {
+        sq_psn,
+        timeout: 17,
+        retry_cnt: 5,
+        rnr_retry: 6,
+        max_rd_atomic: 3,
+        ..RcMoves::default()
+    }
+    .rts()
 }
 
 fn gid_of(side: &Side) -> Gid {

@@ -7,13 +7,14 @@
 use std::time::Duration;
 
 use softverbs::{
-    Mr, QpAttr, QpAttrMask, QpState, RcConnectOptions, RecvWr, RemoteAddr, SendFlags, SendWr, Sge,
+    AccessFlags, Mr, QpAttr, QpState, RcConnectOptions, RecvWr, RemoteAddr, SendFlags, SendWr, Sge,
     WcOpcode, WcStatus, WrOpcode,
 };
 use softverbs_conformance::{
     assert_bytes_eq, assert_cq_empty, check_flushed, check_recv_wc, check_send_wc, open_udp_device,
     pattern, poll_1, poll_n, rc_pair, wait_until, Side, SideConfig,
 };
+use softverbs_testkit::{init_attr, RC_RTR_MASK};
 
 const FILE: u8 = 6;
 const CANARY: u8 = 0xEE;
@@ -274,15 +275,8 @@ fn post_send_before_rts_is_einval() {
     let err = a.qp.post_send(&[wr()]).unwrap_err();
     assert_eq!((err.index, err.error.errno()), (0, 22), "RESET: {err}");
     // INIT
-    a.qp.modify(
-        &QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-    )
-    .expect("INIT");
+    let (init, init_mask) = init_attr(AccessFlags::empty());
+    a.qp.modify(&init, init_mask).expect("INIT");
     let err = a.qp.post_send(&[wr()]).unwrap_err();
     assert_eq!((err.index, err.error.errno()), (0, 22), "INIT: {err}");
     // RTR
@@ -297,17 +291,7 @@ fn post_send_before_rts_is_einval() {
         },
         ..QpAttr::default()
     };
-    a.qp.modify(
-        &rtr,
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )
-    .expect("RTR");
+    a.qp.modify(&rtr, RC_RTR_MASK).expect("RTR");
     let err = a.qp.post_send(&[wr()]).unwrap_err();
     assert_eq!((err.index, err.error.errno()), (0, 22), "RTR: {err}");
     assert_cq_empty(&a.send_cq, "nothing was posted");

@@ -13,7 +13,7 @@ use softverbs::{
 use softverbs_conformance::{
     assert_bytes_eq, assert_cq_empty, buffer, check_flushed, check_recv_wc, check_send_wc,
     connect_pair, open_udp_device, pattern, poll_1, poll_n, rc_pair, send_and_verify, side_pair,
-    wait_until, SideConfig,
+    to_rtr_only, wait_until, SideConfig,
 };
 
 const FILE: u8 = 9;
@@ -234,39 +234,7 @@ fn a_receiver_in_rtr_accepts_and_acknowledges() {
     a.qp.connect_rc(100, &b.qp.endpoint(200, 1).unwrap(), &opts)
         .unwrap();
     // b goes to RTR only: it can receive (and acknowledge) but not send.
-    b.qp.modify(
-        &QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-    )
-    .unwrap();
-    b.qp.modify(
-        &QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: opts.path_mtu,
-            dest_qp_num: ep_a.qpn,
-            rq_psn: ep_a.psn,
-            min_rnr_timer: 12,
-            ah_attr: softverbs_api::qp::AhAttr {
-                dgid: ep_a.gid,
-                sgid_index: 1,
-                port_num: 1,
-                ..Default::default()
-            },
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )
-    .unwrap();
+    to_rtr_only(&b, &ep_a, opts.path_mtu, AccessFlags::empty(), 0);
     send_and_verify(&a, &b, 5000, 1);
     assert_eq!(b.qp.state().unwrap(), QpState::Rtr);
 }

@@ -10,18 +10,17 @@
 //! File number 30: devices on 127.10.30.n.
 
 use softverbs::{
-    Context, DeviceConfig, Mr, Mtu, QpAttr, QpAttrMask, QpState, RcConnectOptions, RemoteAddr,
-    SendFlags, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    Context, DeviceConfig, Mr, Mtu, QpState, RcConnectOptions, RemoteAddr, SendFlags, SendWr,
+    WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
 use softverbs_conformance::{
     assert_bytes_eq, assert_cq_empty, check_recv_wc, check_send_wc, check_send_wc_op, cmp_swap_wr,
     connect_pair, connect_pair_with, device_name, fetch_add_wr, open_udp_device, pattern, poll_1,
     poll_n, rdma_read_wr, rdma_write_imm_wr, rdma_write_wr, read_u64, register_and_open,
-    register_mr, remote_all_access, remote_at, side_pair, test_ip, wait_until, write_u64, Layout,
-    Side, SideConfig, WAIT,
+    register_mr, remote_all_access, remote_at, side_pair, test_ip, to_rtr_only, wait_until,
+    write_u64, Layout, Side, SideConfig, WAIT,
 };
 
-use softverbs_api::qp::AhAttr;
 use softverbs_emu::net::fault::{FaultConfig, FaultSetting};
 
 const FILE: u8 = 30;
@@ -1108,41 +1107,7 @@ fn a_responder_only_in_rtr_serves_writes_reads_and_atomics() {
     let ep_a = a.qp.endpoint(0x100, 1).unwrap();
     a.qp.connect_rc(0x100, &b.qp.endpoint(0x200, 1).unwrap(), &opts)
         .unwrap();
-    b.qp.modify(
-        &QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            qp_access_flags: opts.access,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-    )
-    .unwrap();
-    b.qp.modify(
-        &QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: opts.path_mtu,
-            dest_qp_num: ep_a.qpn,
-            rq_psn: ep_a.psn,
-            max_dest_rd_atomic: 16,
-            min_rnr_timer: 12,
-            ah_attr: AhAttr {
-                dgid: ep_a.gid,
-                sgid_index: 1,
-                port_num: 1,
-                ..AhAttr::default()
-            },
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )
-    .unwrap();
+    to_rtr_only(&b, &ep_a, opts.path_mtu, opts.access, 16);
     let target = register_mr(&b.pd, 8192, remote_all_access());
     target.fill(CANARY).unwrap();
     write_u64(&target, 0, 41);

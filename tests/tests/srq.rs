@@ -5,10 +5,11 @@
 use std::collections::HashSet;
 
 use softverbs::{
-    AccessFlags, Context, QpCap, QpType, RcConnectOptions, RecvWr, SendWr, SrqAttr, SrqAttrMask,
-    WcOpcode, WcStatus,
+    AccessFlags, Context, QpType, RcConnectOptions, RecvWr, SendWr, SrqAttr, SrqAttrMask, WcOpcode,
+    WcStatus,
 };
 use softverbs_conformance::*;
+use softverbs_testkit::qp_cap;
 
 const FILE: u8 = 35;
 
@@ -164,13 +165,7 @@ fn an_empty_srq_makes_rc_senders_wait_rnr_and_a_ud_qp_drop() {
     let ud_a = pd_a
         .qp_builder()
         .qp_type(QpType::Ud)
-        .cap(QpCap {
-            max_send_wr: 4,
-            max_recv_wr: 4,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        })
+        .cap(qp_cap(4, 1))
         .build(&cq_a, &cq_a)
         .unwrap();
     ud_a.activate_ud(9, 0).unwrap();

@@ -15,6 +15,7 @@
 #![allow(unsafe_code)]
 
 use std::marker::PhantomData;
+use std::ptr::NonNull;
 use std::sync::atomic::AtomicU64;
 
 use softverbs_api::AccessFlags;
@@ -29,8 +30,8 @@ pub(crate) struct Region {
     pub(crate) pd: u32,
     /// First address of the region in the address space keys use (the registered address).
     pub(crate) iova: u64,
-    /// First byte of the region in this process. Non-null; `host + len` does not overflow.
-    pub(crate) host: usize,
+    /// First byte of the region in this process; `host + len` does not overflow.
+    pub(crate) host: HostPtr,
     /// Length in bytes, at least 1.
     pub(crate) len: u64,
     /// What the region allows.
@@ -39,6 +40,31 @@ pub(crate) struct Region {
     pub(crate) lkey: u32,
     /// Remote key.
     pub(crate) rkey: u32,
+}
+
+/// The first byte of a registered region in this process: a pointer made once, at
+/// registration, from the address the application gave (`ibv_reg_mr` takes an address, not a
+/// Rust pointer), and the only pointer every later copy into or out of the region derives
+/// from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HostPtr(NonNull<u8>);
+
+// SAFETY: a HostPtr is an address with provenance; it is dereferenced only through a `Span`,
+// whose copies are sound from any thread under the reg_mr contract (see the module doc). The
+// table that holds it is shared between the application's threads and the engine's.
+unsafe impl Send for HostPtr {}
+// SAFETY: as above; `&HostPtr` gives nothing but the address.
+unsafe impl Sync for HostPtr {}
+
+impl HostPtr {
+    /// The memory at `addr`, as registered; `None` for a null address.
+    ///
+    /// The pointer takes the provenance the application exposed when it turned its own
+    /// pointer into this address (`ptr as u64`, or C code, which has no provenance to lose),
+    /// so it may access the memory exactly as the application's pointer could.
+    pub(crate) fn from_registered_addr(addr: usize) -> Option<HostPtr> {
+        NonNull::new(std::ptr::with_exposed_provenance_mut(addr)).map(HostPtr)
+    }
 }
 
 impl Region {
@@ -52,7 +78,9 @@ impl Region {
         }
         // Both fit in usize: they are at most `len`, and `host + len` fits (see `host`).
         Ok(Span {
-            host: self.host + offset as usize,
+            // In bounds of the region, so no wrap-around: `wrapping_add` only spares an
+            // unsafe block.
+            host: self.host.0.as_ptr().wrapping_add(offset as usize),
             len: len as usize,
             _region: PhantomData,
         })
@@ -60,9 +88,11 @@ impl Region {
 }
 
 /// `len` bytes at `host`, checked to lie inside a region that stays registered for `'r`.
+/// `host` derives from the region's [`HostPtr`]; the span never makes a Rust reference into
+/// the memory except in [`Span::as_bytes`] and [`Span::as_atomic_u64`], which say why.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Span<'r> {
-    host: usize,
+    host: *mut u8,
     len: usize,
     _region: PhantomData<&'r Region>,
 }
@@ -81,7 +111,7 @@ impl<'r> Span<'r> {
             "sub-span out of range"
         );
         Span {
-            host: self.host + offset,
+            host: self.host.wrapping_add(offset),
             len,
             _region: PhantomData,
         }
@@ -100,9 +130,11 @@ impl<'r> Span<'r> {
         // SAFETY: [host, host + len) lies inside a region (checked by `Region::span`) that is
         // registered for 'r, and by the reg_mr contract registered memory stays allocated until
         // deregister returns, which cannot happen while the table's read guard behind 'r is
-        // held. `dst` is a Rust slice of exactly `len` bytes, which by the same contract does
-        // not overlap registered memory. u8 has no alignment or validity requirements.
-        unsafe { std::ptr::copy_nonoverlapping(self.host as *const u8, dst.as_mut_ptr(), self.len) }
+        // held; `host` derives from the registration's `HostPtr`, so it may access it. `dst`
+        // is a Rust slice of exactly `len` bytes (the emulator's own buffer), which by the
+        // same contract does not overlap registered memory. u8 has no alignment or validity
+        // requirements.
+        unsafe { std::ptr::copy_nonoverlapping(self.host.cast_const(), dst.as_mut_ptr(), self.len) }
     }
 
     /// The span's bytes, borrowed for as long as the region stays registered: for reads
@@ -114,7 +146,7 @@ impl<'r> Span<'r> {
         // the module doc makes its own race (a NIC's DMA reads torn bytes the same way); here
         // the worst outcome is a packet whose ICRC does not match the bytes sent, which the
         // receiver drops and the requester sends again.
-        unsafe { std::slice::from_raw_parts(self.host as *const u8, self.len) }
+        unsafe { std::slice::from_raw_parts(self.host.cast_const(), self.len) }
     }
 
     /// Overwrites the span with `src`, which must be exactly as long.
@@ -124,20 +156,20 @@ impl<'r> Span<'r> {
         // the registration's access flags were checked by the caller, and the reg_mr contract
         // allows the backend to write it. `src` is a Rust slice, so it cannot overlap memory
         // that the contract hands to the backend.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.host as *mut u8, self.len) }
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.host, self.len) }
     }
 
     /// The span as a 64-bit atomic word: it must be 8 bytes long and 8-byte aligned in this
     /// process (`Misaligned` otherwise).
     pub(crate) fn as_atomic_u64(&self) -> Result<&'r AtomicU64, MemError> {
-        if self.len != 8 || self.host & 7 != 0 {
+        if self.len != 8 || self.host.addr() & 7 != 0 {
             return Err(MemError::Misaligned);
         }
         // SAFETY: the 8 bytes at `host` are registered, allocated memory for 'r (see
         // `copy_to`), and `host` is 8-aligned as AtomicU64 requires. The emulator accesses
         // this word only atomically while the reference lives; the application's own
         // concurrent accesses are the RDMA contract described in the module doc.
-        Ok(unsafe { AtomicU64::from_ptr(self.host as *mut u64) })
+        Ok(unsafe { AtomicU64::from_ptr(self.host.cast::<u64>()) })
     }
 }
 
@@ -149,7 +181,7 @@ mod tests {
         Region {
             pd: 1,
             iova,
-            host,
+            host: HostPtr::from_registered_addr(host).unwrap(),
             len,
             access: AccessFlags::LOCAL_WRITE,
             lkey: 1,

@@ -9,7 +9,7 @@ use softverbs_api::{AccessFlags, BindMwWr, MwType, Sge, VerbsError, VerbsResult}
 
 use super::error::MemError;
 use super::keys::{KeyGen, KeyLayout, MAX_SLOTS};
-use super::region::{Region, Span};
+use super::region::{HostPtr, Region, Span};
 use super::window::{is_window_key, Binding, MrView, QpRef, WindowTable};
 
 // The table's methods by job: what a peer may do (remote.rs) and windows (windows.rs).
@@ -82,16 +82,11 @@ pub struct MrReader<'a>(RwLockReadGuard<'a, Inner>);
 impl MrReader<'_> {
     /// The bytes of `slice`, checked again (its region may have gone since the packet was
     /// built): key, PD, bounds, as [`MrTable::gather`] checks them.
+    ///
+    /// The one place the table lends a reference into registered memory: the link hands it
+    /// to the kernel (`sendmsg`) without a copy. Everything else copies through raw pointers.
     pub fn bytes(&self, slice: &LocalSlice) -> Result<&[u8], MemError> {
-        let span = self.0.span(
-            slice.pd,
-            slice.lkey,
-            false,
-            AccessFlags::empty(),
-            slice.addr,
-            slice.len.into(),
-        )?;
-        Ok(span.as_bytes())
+        Ok(self.0.slice_span(slice)?.as_bytes())
     }
 }
 
@@ -166,6 +161,18 @@ impl Inner {
             sge_start = sge_end;
         }
         Ok(())
+    }
+
+    /// The checked span of `slice`: key, PD and bounds, no access right (a local read).
+    fn slice_span(&self, slice: &LocalSlice) -> Result<Span<'_>, MemError> {
+        self.span(
+            slice.pd,
+            slice.lkey,
+            false,
+            AccessFlags::empty(),
+            slice.addr,
+            slice.len.into(),
+        )
     }
 
     fn region_by(&self, key: u32, remote: bool) -> Result<&Region, MemError> {
@@ -365,6 +372,7 @@ impl MrTable {
         let host = usize::try_from(addr)
             .ok()
             .filter(|h| length <= usize::MAX as u64 && h.checked_add(length as usize).is_some())
+            .and_then(HostPtr::from_registered_addr)
             .ok_or_else(|| VerbsError::inval("reg_mr: range wraps around the address space"))?;
         // Optional bits this device does not implement are dropped, as the kernel does.
         let access = AccessFlags(bits & REG_KNOWN);

@@ -4,7 +4,7 @@ use softverbs_api::mw::next_rkey;
 use softverbs_api::{AccessFlags, BindMwWr, MwBindInfo, MwType};
 
 use super::table::RemoteAccessor;
-use super::{MemError, MrTable};
+use super::{MemError, MrTable, RdmaBuffer};
 
 const PD: u32 = 3;
 const QPN: u32 = 0x11;
@@ -23,9 +23,12 @@ fn on_qp() -> RemoteAccessor {
     RemoteAccessor::qp(PD, QPN)
 }
 
+/// A table with one region over `buf`: an [`RdmaBuffer`], page-aligned (the atomics need
+/// 8-aligned addresses, which a `Vec<u8>` does not promise, and Miri does not give) and
+/// read only by copies.
 struct Fixture {
     t: MrTable,
-    buf: Vec<u8>,
+    buf: RdmaBuffer,
     lkey: u32,
     mr_rkey: u32,
 }
@@ -33,10 +36,8 @@ struct Fixture {
 impl Fixture {
     fn new(access: AccessFlags) -> Fixture {
         let t = MrTable::new(16);
-        let mut buf = vec![0u8; LEN];
-        let keys = t
-            .register(PD, buf.as_mut_ptr() as u64, LEN as u64, access)
-            .unwrap();
+        let buf = RdmaBuffer::new(LEN).unwrap();
+        let keys = t.register(PD, buf.addr(), LEN as u64, access).unwrap();
         Fixture {
             t,
             buf,
@@ -45,7 +46,11 @@ impl Fixture {
         }
     }
     fn base(&self) -> u64 {
-        self.buf.as_ptr() as u64
+        self.buf.addr()
+    }
+    /// A copy of the region's bytes.
+    fn bytes(&self) -> Vec<u8> {
+        self.buf.to_vec()
     }
     /// A BIND_MW of `[base + offset, + len)` with `access` and the window's next rkey.
     fn wr(&self, mw: (u32, u32), offset: u64, len: u64, access: AccessFlags) -> BindMwWr {
@@ -99,9 +104,9 @@ fn type2_bind_access_invalidate() {
     assert_eq!(rkey, next_rkey(mw.1));
     let va = f.base() + 16;
     f.t.remote_write(on_qp(), rkey, va, &[7; 32]).unwrap();
-    assert_eq!(&f.buf[16..48], &[7; 32]);
-    assert_eq!(f.buf[15], 0);
-    assert_eq!(f.buf[48], 0);
+    assert_eq!(&f.bytes()[16..48], &[7; 32]);
+    assert_eq!(f.bytes()[15], 0);
+    assert_eq!(f.bytes()[48], 0);
     let mut out = Vec::new();
     f.t.remote_read(on_qp(), rkey, va + 8, 8, &mut out).unwrap();
     assert_eq!(out, [7; 8]);
@@ -151,7 +156,7 @@ fn type2_bind_access_invalidate() {
         f.t.remote_write(on_qp(), f.mr_rkey, va, &[1]),
         Err(MemError::AccessDenied)
     );
-    assert_eq!(&f.buf[16..48], &[7; 32]);
+    assert_eq!(&f.bytes()[16..48], &[7; 32]);
 
     // Bound: the region cannot go, and the window cannot be bound again.
     assert_eq!(f.t.deregister(f.lkey).unwrap_err().errno(), 16);
@@ -176,7 +181,7 @@ fn type2_bind_access_invalidate() {
         f.t.remote_write(on_qp(), rkey, va, &[1]),
         Err(MemError::InvalidKey)
     );
-    assert_eq!(&f.buf[16..48], &[7; 32]);
+    assert_eq!(&f.bytes()[16..48], &[7; 32]);
     // Free again: it binds with the next key, and the old one stays dead.
     let rkey2 = f.t.bind_window(PD, QPN, &again).unwrap();
     assert_eq!(rkey2, next_rkey(rkey));
@@ -265,7 +270,7 @@ fn bind_checks_change_nothing_when_they_fail() {
         Err(MemError::InvalidKey)
     );
     f.t.deregister(f.lkey).unwrap();
-    assert!(f.buf.iter().all(|&b| b == 0));
+    assert!(f.bytes().iter().all(|&b| b == 0));
 }
 
 #[test]
@@ -338,7 +343,7 @@ fn type1_rebind_unbind_and_rules() {
     assert_eq!(f.t.bind_window(PD, QPN, &to_first), Ok(r1));
     // A type 1 window serves any QP of its PD.
     f.t.remote_write(PD, r1, f.base(), &[9; 16]).unwrap();
-    assert_eq!(&f.buf[..16], &[9; 16]);
+    assert_eq!(&f.bytes()[..16], &[9; 16]);
     // It cannot be invalidated, locally or remotely (o10-37.2.26).
     assert_eq!(f.t.invalidate_local(PD, QPN, r1), Err(MemError::InvalidKey));
     assert_eq!(
@@ -448,7 +453,10 @@ fn atomics_and_flush_through_a_window() {
         f.t.atomic_write(on_qp(), rkey, va, [1; 8]),
         Err(MemError::AccessDenied)
     );
-    assert_eq!(u64::from_ne_bytes(f.buf[64..72].try_into().unwrap()), 11);
+    assert_eq!(
+        u64::from_ne_bytes(f.bytes()[64..72].try_into().unwrap()),
+        11
+    );
     f.t.flush(on_qp(), rkey, va, 16, false, false).unwrap();
     f.t.flush(on_qp(), rkey, 0, 0, false, true).unwrap();
     assert_eq!(

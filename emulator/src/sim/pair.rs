@@ -530,6 +530,18 @@ impl SimPair {
         Ok(())
     }
 
+    /// The bytes (BTH .. ICRC) of every packet `side` sent so far, in order, as sent (before
+    /// any fault of the network).
+    pub fn sent_by(&self, side: Side) -> Vec<Vec<u8>> {
+        self.trace
+            .iter()
+            .filter_map(|e| match e {
+                TraceEvent::Sent { from, bytes, .. } if *from == side => Some(bytes.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Steps until nothing is left or `max_steps` ran; returns the steps taken.
     pub fn run(&mut self, max_steps: usize) -> usize {
         let mut n = 0;

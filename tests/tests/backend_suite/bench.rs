@@ -10,6 +10,7 @@ use softverbs::{
     SendWr, Sge, Srq, WorkCompletion,
 };
 use softverbs_conformance::{buffer, register_and_open, test_ip};
+use softverbs_testkit::qp_cap;
 
 /// Bound on every wait: generous, since kernel rxe under TCG is slow; a case fails (never
 /// hangs) when it passes.
@@ -119,13 +120,7 @@ impl EndConfig {
     pub fn new(qp_type: QpType) -> EndConfig {
         EndConfig {
             qp_type,
-            cap: QpCap {
-                max_send_wr: 64,
-                max_recv_wr: 64,
-                max_send_sge: 4,
-                max_recv_sge: 4,
-                max_inline_data: 0,
-            },
+            cap: qp_cap(64, 4),
             mr_access: AccessFlags::LOCAL_WRITE
                 | AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ

@@ -61,10 +61,13 @@ impl MrTable {
         len: u32,
         out: &mut Vec<u8>,
     ) -> Result<(), MemError> {
-        let reader = self.reader();
-        if let Some(slice) = reader.0.remote_slice(who.into(), rkey, va, len)? {
-            out.extend_from_slice(reader.bytes(&slice)?);
+        if len == 0 {
+            return Ok(());
         }
+        self.inner
+            .read()
+            .remote_span(who.into(), rkey, AccessFlags::REMOTE_READ, va, len.into())?
+            .append_to(out);
         Ok(())
     }
 
@@ -88,7 +91,7 @@ impl MrTable {
         if out.len() != slice.len as usize {
             return Err(MemError::LengthExceeded);
         }
-        out.copy_from_slice(self.reader().bytes(slice)?);
+        self.inner.read().slice_span(slice)?.copy_to(out);
         Ok(())
     }
 
