@@ -32,22 +32,36 @@ fn section<'a>(out: &'a str, name: &str) -> &'a str {
     &out[start..start + 1 + rest.find("hca_id:").unwrap_or(rest.len())]
 }
 
-/// A process that opens `device` and keeps it open (a ping-pong server waiting for a peer).
-fn holder(device: &str, listen: &str) -> Child {
-    Command::new(BIN)
-        .env("SOFTVERBS_DEVICES", DEVICES)
-        .env_remove("SOFTVERBS_PROVIDER")
-        .args(["pingpong", "-d", device, "--listen", listen])
-        .args(["--timeout-secs", "30"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn holder")
+/// A process holding a device open; killed and reaped when dropped, so that a failing
+/// assertion does not leave it behind.
+struct Holder(Child);
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A process that opens `device` and keeps it open (a ping-pong server waiting for a peer,
+/// which never comes).
+fn holder(device: &str, listen: &str) -> Holder {
+    Holder(
+        Command::new(BIN)
+            .env("SOFTVERBS_DEVICES", DEVICES)
+            .env_remove("SOFTVERBS_PROVIDER")
+            .args(["pingpong", "-d", device, "--listen", listen])
+            .args(["--timeout-secs", "30"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn holder"),
+    )
 }
 
 #[test]
 fn a_second_process_on_the_lab_device_gets_eaddrinuse_while_a_udp_device_is_shared() {
-    let mut holders = [
+    let holders = [
         holder("lab36", "127.36.0.1:48960"),
         holder("udp36", "127.36.0.2:48961"),
     ];
@@ -73,10 +87,7 @@ fn a_second_process_on_the_lab_device_gets_eaddrinuse_while_a_udp_device_is_shar
     assert!(udp.contains("(softverbs, this one)"), "{udp}");
     assert_eq!(udp.matches("\tslot ").count(), 2, "{udp}");
 
-    for h in &mut holders {
-        h.kill().expect("kill holder");
-        h.wait().expect("reap holder");
-    }
+    drop(holders);
     // The holder gone, the lab device opens again (its error was the holder's socket).
     let out = devices_verbose();
     let lab = section(&out, "lab36");
