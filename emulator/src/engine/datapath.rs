@@ -20,15 +20,23 @@ thread_local! {
 impl Device {
     /// Runs a transport call on the QP of `entry` under its lock, with the environment it
     /// needs (memory, address handles, its SRQ, the received packet's IP header), and
-    /// delivers what the call produced.
+    /// delivers what the call produced. `None` (counted in `destroyed_qp_calls`), without
+    /// calling, when the QP was destroyed since the caller looked the entry up: its SRQ
+    /// and memory may be gone too.
     pub(crate) fn on_qp<R>(
         &self,
         entry: &QpEntry,
         rx: Option<NetHeader>,
         call: impl FnOnce(&mut TransportQp, &Env<'_>, &mut Outputs) -> R,
-    ) -> R {
+    ) -> Option<R> {
         let ahs = self.ahs.read();
         let mut qp = entry.qp.lock();
+        if entry.destroyed.load(Ordering::Relaxed) {
+            self.counters
+                .destroyed_qp_calls
+                .fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
         let read_clock = || super::receive_batch::batch_now(&self.clock);
         let env = Env {
             mem: &self.mem,
@@ -53,7 +61,7 @@ impl Device {
         if out.is_empty() {
             SPARE_OUTPUTS.with(|s| s.set(Some(out)));
         }
-        result
+        Some(result)
     }
 
     /// Sends the deferred ACKs, if any (see `ack_hold`).

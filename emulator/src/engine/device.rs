@@ -39,6 +39,10 @@ pub(crate) struct QpEntry {
     pub(crate) srq: Option<Arc<Mutex<SharedRecvQueue>>>,
     /// The context that created it (whose async queue gets its events).
     pub(crate) owner: u64,
+    /// Set by `destroy_qp` while it holds `qp`'s lock, read by `on_qp` under that lock
+    /// (kernel rxe's `qp->valid`): a caller that found the entry before the destroy and
+    /// locks it after does nothing, so nothing runs on a QP once `destroy_qp` returned.
+    pub(crate) destroyed: AtomicBool,
 }
 
 /// The state of one device, shared by its contexts and its engine thread.
