@@ -69,4 +69,7 @@ service_counters! {
     events_delivered,
     /// Events for ids nobody routes any more (dropped).
     events_unrouted,
+    /// First requests accepted by QPs of this device's connections (the engine's
+    /// COMM_EST hook): each establishes a passive connection still waiting for its RTU.
+    comm_est_seen,
 }

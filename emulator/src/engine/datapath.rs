@@ -51,6 +51,7 @@ impl Device {
         // nothing to return its packets and completions.
         let mut out = SPARE_OUTPUTS.with(|s| s.take()).unwrap_or_default();
         let result = call(&mut qp, &env, &mut out);
+        let first_request = std::mem::take(&mut out.first_request_accepted);
         self.deliver(entry, &qp, &mut out);
         // A READ is answered a burst at a time, each sent (its buffers back in the pool)
         // before the next is made: memory per READ is a burst's, whatever its length.
@@ -60,6 +61,15 @@ impl Device {
         }
         if out.is_empty() {
             SPARE_OUTPUTS.with(|s| s.set(Some(out)));
+        }
+        let qpn = qp.qpn;
+        drop((qp, ahs));
+        if first_request {
+            // Outside the QP's lock: the handler may modify QPs (through its own queue).
+            let handler = self.comm_est_handler.read().clone();
+            if let Some(handler) = handler {
+                handler.on_comm_est(qpn);
+            }
         }
         Some(result)
     }

@@ -17,6 +17,7 @@ use crate::transport::Counters;
 
 use super::async_events::AsyncEventQueue;
 use super::clock::Clock;
+use super::comm_est::CommEstHandler;
 use super::config::{DeviceConfig, LinkConfig};
 use super::cq::CompletionQueue;
 use super::device_counters::DeviceCounters;
@@ -79,6 +80,8 @@ pub struct Device {
     pub(crate) timers: DeviceTimers,
     /// Where QP1 (GSI) packets go; none: counted and dropped (see `receive`).
     pub(crate) gsi_handler: RwLock<Option<Arc<dyn GsiHandler>>>,
+    /// Told when a connected QP accepted its first request (see `comm_est`).
+    pub(crate) comm_est_handler: RwLock<Option<Arc<dyn CommEstHandler>>>,
     pub(crate) pds: Mutex<HashMap<u32, ()>>,
     pub(crate) cqs: RwLock<HashMap<u32, Arc<CompletionQueue>, IdHash>>,
     pub(crate) qps: RwLock<HashMap<u32, Arc<QpEntry>, IdHash>>,
@@ -128,6 +131,7 @@ impl Device {
             app_sleeping: AtomicBool::new(false),
             timers: DeviceTimers::default(),
             gsi_handler: RwLock::new(None),
+            comm_est_handler: RwLock::new(None),
             pds: Mutex::new(HashMap::new()),
             cqs: RwLock::new(HashMap::default()),
             qps: RwLock::new(HashMap::default()),
