@@ -353,7 +353,6 @@ impl VerbsContext for EmuContext {
             dev.publish_qp_count(qps.len());
             entry
         };
-        dev.forget_async(entry.owner, AsyncElement::Qp(qpn));
         // Under the QP's lock: a call running on it finishes first, and one that found the
         // entry before the removal and locks it after sees the mark and does nothing.
         let counters = {
@@ -361,6 +360,8 @@ impl VerbsContext for EmuContext {
             entry.destroyed.store(true, Ordering::Relaxed);
             qp.counters
         };
+        // After the mark, so that events of a call that was running go too.
+        dev.forget_async(entry.owner, AsyncElement::Qp(qpn));
         dev.retired_qp_counters.lock().add(&counters);
         // Type 2 windows bound through it can never be used again: free their regions.
         dev.mem.release_qp_windows(qpn);
