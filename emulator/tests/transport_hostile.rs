@@ -431,3 +431,58 @@ fn a_read_response_of_the_wrong_opcode_completes_nothing() {
         assert_eq!(p.read(Side::A, dst, 256), b_pattern(256), "{forged_op:?}");
     }
 }
+
+/// A responder given no READ / atomic resources (`max_dest_rd_atomic` 0 at RTR) refuses
+/// every READ, atomic and ATOMIC WRITE as kernel rxe's `check_resource` does: NAK invalid
+/// request, the requester's WR completes in REM_INV_REQ_ERR, and the target memory is
+/// neither read back nor changed.
+#[test]
+fn a_responder_without_rd_atomic_resources_refuses_reads_and_atomics() {
+    let no_resources = QpAttr {
+        max_dest_rd_atomic: 0,
+        ..attrs()
+    };
+    for opcode in [
+        WrOpcode::RdmaRead,
+        WrOpcode::AtomicFetchAndAdd,
+        WrOpcode::AtomicCmpAndSwp,
+        WrOpcode::AtomicWrite,
+    ] {
+        let mut p = SimPair::new_rc(1, FaultConfig::none(), Mtu::Mtu1024, &no_resources);
+        let access = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_ATOMIC;
+        let (target, _, rkey) = p.register(Side::B, 8, access);
+        p.write(Side::B, target, &[5, 0, 0, 0, 0, 0, 0, 0]);
+        let (dst, lkey, _) = p.register(Side::A, 8, AccessFlags::LOCAL_WRITE);
+        let (inline, ilkey, _) = p.register(Side::A, 8, AccessFlags::LOCAL_WRITE);
+        p.write(Side::A, inline, &[9; 8]);
+        let sg = if opcode == WrOpcode::AtomicWrite {
+            sge(inline, 8, ilkey)
+        } else {
+            sge(dst, 8, lkey)
+        };
+        let wr = SendWr {
+            opcode,
+            remote: RemoteAddr {
+                remote_addr: target,
+                rkey,
+            },
+            compare_add: 5,
+            swap: 7,
+            ..SendWr::send(3, vec![sg])
+        };
+        p.post_send(Side::A, &[wr]).unwrap();
+        p.run(10_000);
+        assert_eq!(naks(&p), [NakCode::InvalidRequest], "{opcode:?}");
+        let statuses: Vec<WcStatus> = p.a.completions.iter().map(|c| c.wc.status).collect();
+        assert_eq!(statuses, [WcStatus::RemInvReqErr], "{opcode:?}");
+        assert_eq!(
+            p.read(Side::B, target, 8),
+            [5, 0, 0, 0, 0, 0, 0, 0],
+            "{opcode:?}"
+        );
+        assert_eq!(p.read(Side::A, dst, 8), [0; 8], "{opcode:?}");
+    }
+}

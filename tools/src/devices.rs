@@ -209,6 +209,7 @@ fn counters(ctx: &Context) -> Vec<(&'static str, u64)> {
         ("wrong_source_drops", c.wrong_source.load(Relaxed)),
         ("port_down_drops", c.port_down_drops.load(Relaxed)),
         ("payload_gone_drops", c.payload_gone_drops.load(Relaxed)),
+        ("destroyed_qp_calls", c.destroyed_qp_calls.load(Relaxed)),
         ("send_errors", c.send_errors.load(Relaxed)),
     ];
     // The connection manager on QP1: what it took, what it dropped and why.

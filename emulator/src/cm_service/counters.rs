@@ -69,4 +69,8 @@ service_counters! {
     events_delivered,
     /// Events for ids nobody routes any more (dropped).
     events_unrouted,
+    /// First requests accepted by QPs of this device's connections (the engine's
+    /// COMM_EST hook, once per connection and side); on a passive connection still
+    /// waiting for its RTU, it establishes the connection.
+    comm_est_seen,
 }

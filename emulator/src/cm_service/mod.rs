@@ -4,11 +4,13 @@
 //! handles of the `softverbs` crate and the C librdmacm, which both sit on [`CmService`].
 //!
 //! Files: `service` (the driver: inputs, outputs, the timer), `calls` (the rdma_cm calls),
-//! `inlet` (QP1's handler: filter and queue), `gsi_send` (a MAD as a UD SEND from QP1),
+//! `inlet` (QP1's handler: filter and queue), `comm_est` (the engine's first-request
+//! hook: establishes a passive connection whose RTU got lost), `gsi_send` (a MAD as a UD SEND from QP1),
 //! `qp_moves` (QP requests as modify_qp), `ports` (port spaces), `registry` (one service
 //! per device), `counters`.
 
 mod calls;
+mod comm_est;
 mod counters;
 mod gsi_send;
 mod inlet;

@@ -7,6 +7,7 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 use softverbs_api::{VerbsContext, VerbsResult};
 
+use super::comm_est::CommEstInlet;
 use super::inlet::GsiInlet;
 use super::service::CmService;
 use crate::cm::{CmConfig, CmManager};
@@ -34,6 +35,9 @@ impl CmService {
         ctx.set_gsi_handler(Some(Arc::new(GsiInlet {
             service: Arc::downgrade(&service),
         })));
+        ctx.set_comm_est_handler(Some(Arc::new(CommEstInlet {
+            service: Arc::downgrade(&service),
+        })));
         services.insert(name, Arc::downgrade(&service));
         Ok(service)
     }
@@ -51,6 +55,7 @@ impl Drop for CmService {
             .is_some_and(|w| w.strong_count() > 0);
         if !replaced {
             self.ctx.set_gsi_handler(None);
+            self.ctx.set_comm_est_handler(None);
             if let Some(services) = guard.as_mut() {
                 services.remove(&name);
             }

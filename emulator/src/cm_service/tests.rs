@@ -110,6 +110,20 @@ fn connect_params(peer: IpAddr, src_port: u16, qpn: u32) -> ConnectParams {
     }
 }
 
+/// Binds TCP port 7471 of `cm` and listens on it; returns the listener's events.
+fn listen_7471(cm: &CmService) -> Receiver<CmEvent> {
+    let (listen_sink, listen_rx) = sink();
+    cm.bind_port(PortSpace::Tcp, 7471).unwrap();
+    cm.listen(PortSpace::Tcp, 7471, listen_sink).unwrap();
+    listen_rx
+}
+
+/// A sink for a client's id, its events and an ephemeral TCP port bound on `cm`.
+fn client_port(cm: &CmService) -> (Arc<dyn CmEventSink>, Receiver<CmEvent>, u16) {
+    let (c_sink, c_rx) = sink();
+    (c_sink, c_rx, cm.bind_port(PortSpace::Tcp, 0).unwrap())
+}
+
 const SERVER: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 78, 0, 1));
 const CLIENT: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 78, 0, 2));
 
@@ -125,13 +139,9 @@ fn two_devices_connect_through_qp1_send_data_and_tear_down_leaving_nothing() {
         &CmService::for_context(&server).unwrap()
     ));
 
-    let (listen_sink, listen_rx) = sink();
-    s_cm.bind_port(PortSpace::Tcp, 7471).unwrap();
-    s_cm.listen(PortSpace::Tcp, 7471, listen_sink).unwrap();
-
+    let listen_rx = listen_7471(&s_cm);
     let (c_qp_pd, c_cq, c_qpn) = rc_qp(&client);
-    let (c_sink, c_rx) = sink();
-    let src_port = c_cm.bind_port(PortSpace::Tcp, 0).unwrap();
+    let (c_sink, c_rx, src_port) = client_port(&c_cm);
     let params = ConnectParams {
         private_data: b"hello".to_vec(),
         ..connect_params(SERVER, src_port, c_qpn)
@@ -167,12 +177,8 @@ fn two_devices_connect_through_qp1_send_data_and_tear_down_leaving_nothing() {
         )
         .unwrap();
     let accept = AcceptParams {
-        qpn: s_qpn,
-        responder_resources: 1,
-        initiator_depth: 1,
-        rnr_retry_count: 7,
-        srq: false,
         private_data: b"welcome".to_vec(),
+        ..accept_params(s_qpn)
     };
     s_cm.accept(request.id, &accept).unwrap();
 
@@ -367,4 +373,102 @@ fn a_qp_move_that_fails_after_the_rep_rejects_the_rep_as_the_kernel_does() {
             "one event per side"
         );
     }
+}
+
+/// The server's QP1 handler with every RTU lost on the way in.
+struct LoseRtus {
+    inner: super::inlet::GsiInlet,
+    lost: std::sync::atomic::AtomicU32,
+}
+
+impl crate::engine::GsiHandler for LoseRtus {
+    fn on_gsi_packet(&self, packet: &crate::wire::RoceRepr<'_>, from: SocketAddr) {
+        use crate::wire::cm::{CmMad, CmMessage};
+        if let Ok(CmMad {
+            message: CmMessage::Rtu(_),
+            ..
+        }) = CmMad::parse(packet.payload)
+        {
+            self.lost.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+        self.inner.on_gsi_packet(packet, from);
+    }
+}
+
+/// The RTU never reaches the passive side: the client's first SEND establishes the server's
+/// connection (the engine's COMM_EST hook, as the kernel's `cm_establish`), with exactly
+/// one ESTABLISHED, and the connection then tears down as usual.
+#[test]
+fn a_lost_rtu_is_made_up_for_by_the_first_request_on_the_passive_qp() {
+    let net = ChannelNetwork::new();
+    let server_ip = IpAddr::V4(Ipv4Addr::new(10, 78, 2, 1));
+    let server = device(&net, "cm-svc-rtu-server", server_ip);
+    let client = device(
+        &net,
+        "cm-svc-rtu-client",
+        IpAddr::V4(Ipv4Addr::new(10, 78, 2, 2)),
+    );
+    let s_cm = CmService::for_context(&server).unwrap();
+    let c_cm = CmService::for_context(&client).unwrap();
+    let lossy = Arc::new(LoseRtus {
+        inner: super::inlet::GsiInlet {
+            service: Arc::downgrade(&s_cm),
+        },
+        lost: Default::default(),
+    });
+    server.set_gsi_handler(Some(lossy.clone()));
+
+    let listen_rx = listen_7471(&s_cm);
+    let (c_pd, c_cq, c_qpn) = rc_qp(&client);
+    let (c_sink, c_rx, src_port) = client_port(&c_cm);
+    let c_id = c_cm
+        .connect(&connect_params(server_ip, src_port, c_qpn), c_sink)
+        .unwrap();
+    let request = listen_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(matches!(request.kind, CmEventKind::ConnectRequest { .. }));
+
+    let (s_pd, s_cq, s_qpn) = rc_qp(&server);
+    let buf = RdmaBuffer::new(16).unwrap();
+    let keys = server
+        .reg_mr(s_pd, buf.addr(), 16, AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let recv = softverbs_testkit::recv_one(5, buf.addr(), 16, keys.lkey);
+    server.post_recv(s_qpn, &[recv]).unwrap();
+    let accept = accept_params(s_qpn);
+    s_cm.accept(request.id, &accept).unwrap();
+    assert!(matches!(next(&c_rx), CmEventKind::Established { .. }));
+    let start = Instant::now();
+    while lossy.lost.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "no RTU lost");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Without the RTU (and with no data yet) the server's connection is not established.
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        listen_rx.try_recv().is_err(),
+        "established without RTU or data"
+    );
+
+    let src = RdmaBuffer::from_slice(b"first data").unwrap();
+    let src_keys = client
+        .reg_mr(c_pd, src.addr(), 10, AccessFlags::empty())
+        .unwrap();
+    let wr = SendWr::send(
+        9,
+        vec![softverbs_testkit::sge(src.addr(), 10, src_keys.lkey)],
+    );
+    client.post_send(c_qpn, &[wr]).unwrap();
+    assert_eq!(poll_one(&server, s_cq).status, WcStatus::Success);
+    assert!(matches!(next(&listen_rx), CmEventKind::Established { .. }));
+    assert_eq!(poll_one(&client, c_cq).status, WcStatus::Success);
+    assert_eq!(s_cm.counters().comm_est_seen, 1);
+
+    // Exactly one ESTABLISHED: the next events are the teardown's.
+    c_cm.disconnect(c_id).unwrap();
+    assert_eq!(next(&c_rx), CmEventKind::Disconnected);
+    assert_eq!(next(&listen_rx), CmEventKind::Disconnected);
+    assert_eq!(next(&c_rx), CmEventKind::TimewaitExit);
+    assert_eq!(next(&listen_rx), CmEventKind::TimewaitExit);
+    assert_eq!(s_cm.counters().live_connections, 0);
 }

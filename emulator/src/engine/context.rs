@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -138,7 +138,10 @@ impl EmuContext {
         let entry = dev
             .qp_entry(qpn)
             .map_err(|error| PostError { index: 0, error })?;
-        dev.on_qp(&entry, None, call)
+        dev.on_qp(&entry, None, call).unwrap_or_else(|| {
+            let error = VerbsError::NotFound(format!("QP {qpn:#x} was destroyed"));
+            Err(PostError { index: 0, error })
+        })
     }
 
     /// The back-off of an application that polls CQs: blocks up to `timeout` until a
@@ -300,6 +303,7 @@ impl VerbsContext for EmuContext {
                 recv_cq,
                 srq,
                 owner: self.local.id,
+                destroyed: AtomicBool::new(false),
             }),
         );
         dev.publish_qp_count(qps.len());
@@ -324,6 +328,7 @@ impl VerbsContext for EmuContext {
             qp.apply_modify(&attr, mask, out);
             Ok(())
         })
+        .unwrap_or_else(|| Err(VerbsError::NotFound(format!("QP {qpn:#x} was destroyed"))))
     }
 
     fn query_qp(&self, qpn: u32) -> VerbsResult<(QpAttr, QpInitAttr)> {
@@ -348,10 +353,16 @@ impl VerbsContext for EmuContext {
             dev.publish_qp_count(qps.len());
             entry
         };
+        // Under the QP's lock: a call running on it finishes first, and one that found the
+        // entry before the removal and locks it after sees the mark and does nothing.
+        let counters = {
+            let qp = entry.qp.lock();
+            entry.destroyed.store(true, Ordering::Relaxed);
+            qp.counters
+        };
+        // After the mark, so that events of a call that was running go too.
         dev.forget_async(entry.owner, AsyncElement::Qp(qpn));
-        dev.retired_qp_counters
-            .lock()
-            .add(&entry.qp.lock().counters);
+        dev.retired_qp_counters.lock().add(&counters);
         // Type 2 windows bound through it can never be used again: free their regions.
         dev.mem.release_qp_windows(qpn);
         Ok(())

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use softverbs_api::{VerbsError, VerbsResult};
 
+use super::comm_est::CommEstHandler;
 use super::context::EmuContext;
 use super::device_counters::DeviceCounters;
 use super::device_timers::{TimerId, TimerJob};
@@ -20,6 +21,13 @@ impl EmuContext {
     /// by all its contexts.
     pub fn set_gsi_handler(&self, handler: Option<Arc<dyn GsiHandler>>) {
         self.dev().set_gsi_handler(handler);
+    }
+
+    /// Installs `handler` to be told when a connected QP accepted its first request since
+    /// its move to RTR (see [`CommEstHandler`]), replacing any handler before; `None`
+    /// removes it. The handler is the device's, shared by all its contexts.
+    pub fn set_comm_est_handler(&self, handler: Option<Arc<dyn CommEstHandler>>) {
+        *self.dev().comm_est_handler.write() = handler;
     }
 
     /// Sends one packet from QP1 (a CM MAD in a UD SEND ONLY with its DETH, built by the

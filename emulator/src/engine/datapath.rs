@@ -20,15 +20,23 @@ thread_local! {
 impl Device {
     /// Runs a transport call on the QP of `entry` under its lock, with the environment it
     /// needs (memory, address handles, its SRQ, the received packet's IP header), and
-    /// delivers what the call produced.
+    /// delivers what the call produced. `None` (counted in `destroyed_qp_calls`), without
+    /// calling, when the QP was destroyed since the caller looked the entry up: its SRQ
+    /// and memory may be gone too.
     pub(crate) fn on_qp<R>(
         &self,
         entry: &QpEntry,
         rx: Option<NetHeader>,
         call: impl FnOnce(&mut TransportQp, &Env<'_>, &mut Outputs) -> R,
-    ) -> R {
+    ) -> Option<R> {
         let ahs = self.ahs.read();
         let mut qp = entry.qp.lock();
+        if entry.destroyed.load(Ordering::Relaxed) {
+            self.counters
+                .destroyed_qp_calls
+                .fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
         let read_clock = || super::receive_batch::batch_now(&self.clock);
         let env = Env {
             mem: &self.mem,
@@ -43,6 +51,7 @@ impl Device {
         // nothing to return its packets and completions.
         let mut out = SPARE_OUTPUTS.with(|s| s.take()).unwrap_or_default();
         let result = call(&mut qp, &env, &mut out);
+        let first_request = std::mem::take(&mut out.first_request_accepted);
         self.deliver(entry, &qp, &mut out);
         // A READ is answered a burst at a time, each sent (its buffers back in the pool)
         // before the next is made: memory per READ is a burst's, whatever its length.
@@ -53,7 +62,16 @@ impl Device {
         if out.is_empty() {
             SPARE_OUTPUTS.with(|s| s.set(Some(out)));
         }
-        result
+        let qpn = qp.qpn;
+        drop((qp, ahs));
+        if first_request {
+            // Outside the QP's lock: the handler may modify QPs (through its own queue).
+            let handler = self.comm_est_handler.read().clone();
+            if let Some(handler) = handler {
+                handler.on_comm_est(qpn);
+            }
+        }
+        Some(result)
     }
 
     /// Sends the deferred ACKs, if any (see `ack_hold`).

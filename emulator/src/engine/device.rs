@@ -17,6 +17,7 @@ use crate::transport::Counters;
 
 use super::async_events::AsyncEventQueue;
 use super::clock::Clock;
+use super::comm_est::CommEstHandler;
 use super::config::{DeviceConfig, LinkConfig};
 use super::cq::CompletionQueue;
 use super::device_counters::DeviceCounters;
@@ -39,6 +40,10 @@ pub(crate) struct QpEntry {
     pub(crate) srq: Option<Arc<Mutex<SharedRecvQueue>>>,
     /// The context that created it (whose async queue gets its events).
     pub(crate) owner: u64,
+    /// Set by `destroy_qp` while it holds `qp`'s lock, read by `on_qp` under that lock
+    /// (kernel rxe's `qp->valid`): a caller that found the entry before the destroy and
+    /// locks it after does nothing, so nothing runs on a QP once `destroy_qp` returned.
+    pub(crate) destroyed: AtomicBool,
 }
 
 /// The state of one device, shared by its contexts and its engine thread.
@@ -75,6 +80,8 @@ pub struct Device {
     pub(crate) timers: DeviceTimers,
     /// Where QP1 (GSI) packets go; none: counted and dropped (see `receive`).
     pub(crate) gsi_handler: RwLock<Option<Arc<dyn GsiHandler>>>,
+    /// Told when a connected QP accepted its first request (see `comm_est`).
+    pub(crate) comm_est_handler: RwLock<Option<Arc<dyn CommEstHandler>>>,
     pub(crate) pds: Mutex<HashMap<u32, ()>>,
     pub(crate) cqs: RwLock<HashMap<u32, Arc<CompletionQueue>, IdHash>>,
     pub(crate) qps: RwLock<HashMap<u32, Arc<QpEntry>, IdHash>>,
@@ -124,6 +131,7 @@ impl Device {
             app_sleeping: AtomicBool::new(false),
             timers: DeviceTimers::default(),
             gsi_handler: RwLock::new(None),
+            comm_est_handler: RwLock::new(None),
             pds: Mutex::new(HashMap::new()),
             cqs: RwLock::new(HashMap::default()),
             qps: RwLock::new(HashMap::default()),

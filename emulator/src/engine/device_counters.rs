@@ -57,6 +57,9 @@ pub struct DeviceCounters {
     /// Packets not sent because the memory their payload was to be read from was
     /// deregistered between building and sending them.
     pub payload_gone_drops: AtomicU64,
+    /// Transport calls (a received packet, a timer, a lazy ACK, a post) skipped because
+    /// their QP was destroyed between looking it up and locking it.
+    pub destroyed_qp_calls: AtomicU64,
 }
 
 impl DeviceCounters {

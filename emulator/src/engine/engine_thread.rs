@@ -302,12 +302,14 @@ fn fire_timers(dev: &Device) -> u64 {
     let entries: Vec<_> = dev.qps.read().values().cloned().collect();
     let mut earliest = u64::MAX;
     for entry in entries {
-        let next = dev.on_qp(&entry, None, |qp, env, out| {
-            if qp.next_deadline_ns().is_some_and(|d| d <= env.now_ns()) {
-                qp.on_timer(env, out);
-            }
-            qp.next_deadline_ns()
-        });
+        let next = dev
+            .on_qp(&entry, None, |qp, env, out| {
+                if qp.next_deadline_ns().is_some_and(|d| d <= env.now_ns()) {
+                    qp.on_timer(env, out);
+                }
+                qp.next_deadline_ns()
+            })
+            .flatten();
         if let Some(d) = next {
             earliest = earliest.min(d);
         }

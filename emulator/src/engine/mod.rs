@@ -4,7 +4,8 @@
 //!
 //! Files, bottom up: `limits`; `device` (the tables and state of one device) with
 //! `device_attr` (what it reports), `device_counters` (one counter per drop reason),
-//! `device_timers` (timers of the device, not of a QP) and `gsi` (the QP1 handler slot);
+//! `device_timers` (timers of the device, not of a QP), `gsi` (the QP1 handler slot) and
+//! `comm_est` (the connection manager's first-request hook);
 //! `receive` (the receive pipeline: ICRC, parse, header checks, dispatch); `datapath` (a
 //! transport call on a QP and the delivery of what it produced, with the ACK hold of
 //! `ack_hold`); `engine_thread` (the thread that receives and fires timers, and the
@@ -18,6 +19,7 @@
 mod ack_hold;
 pub mod async_events;
 pub mod clock;
+pub mod comm_est;
 pub mod comp_channel;
 pub mod config;
 pub mod context;
@@ -40,6 +42,7 @@ pub mod receive;
 mod receive_batch;
 pub mod registry;
 
+pub use comm_est::CommEstHandler;
 pub use config::{DeviceConfig, LinkConfig};
 pub use context::EmuContext;
 pub use device_counters::{DeviceCounters, RxDrop};

@@ -125,6 +125,8 @@ impl Device {
             qp.on_packet(&repr, env, out);
             Ok(())
         })
+        // Destroyed since the lookup: counted by on_qp, dropped like a packet for no QP.
+        .unwrap_or(Ok(()))
     }
 
     /// Installs (or, with `None`, removes) the handler of QP1 packets.

@@ -200,3 +200,90 @@ fn bad_transport_versions_and_partitions_are_counted_and_dropped() {
         (1, 3)
     );
 }
+
+/// The race of a packet with `destroy_qp` (kernel rxe's `qp->valid`): the receive pipeline
+/// looked the QP up before the destroy and takes its lock after it. The packet must not
+/// take the SRQ's receive buffer (nor scatter into memory the application frees once
+/// `destroy_qp` returned); the skipped call is counted.
+#[test]
+fn a_packet_looked_up_before_destroy_qp_does_nothing_after_it() {
+    use softverbs_api::{
+        AccessFlags, QpAttr, QpAttrMask, QpInitAttr, QpState, QpType, SrqAttr, VerbsContext,
+        WorkCompletion,
+    };
+    let (ctx, _peer) = device_and_peer();
+    let pd = ctx.alloc_pd().unwrap();
+    let (cq, _) = ctx.create_cq(8, None).unwrap();
+    let srq_attr = SrqAttr {
+        max_wr: 4,
+        max_sge: 1,
+        srq_limit: 0,
+    };
+    let (srq, _) = ctx.create_srq(pd, &srq_attr).unwrap();
+    let buf = crate::memory::RdmaBuffer::new(256).unwrap();
+    let keys = ctx
+        .reg_mr(pd, buf.addr(), 256, AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let recv = softverbs_testkit::recv_one(9, buf.addr(), 256, keys.lkey);
+    ctx.post_srq_recv(srq, &[recv]).unwrap();
+    let init = QpInitAttr {
+        qp_type: QpType::Ud,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: Some(srq),
+        cap: softverbs_testkit::qp_cap(4, 1),
+        sq_sig_all: false,
+    };
+    let (qpn, _) = ctx.create_qp(pd, &init).unwrap();
+    let attr = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        qkey: 0x8001_0000,
+        ..QpAttr::default()
+    };
+    let mask = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY;
+    ctx.modify_qp(qpn, &attr, mask).unwrap();
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        ..attr
+    };
+    ctx.modify_qp(qpn, &rtr, QpAttrMask::STATE).unwrap();
+
+    // What the receive pipeline does before it locks the QP.
+    let dev = ctx.dev();
+    let entry = dev.qps.read().get(&qpn).cloned().unwrap();
+    ctx.destroy_qp(qpn).unwrap();
+
+    let mut repr = RoceRepr::new(
+        BthRepr::new(Opcode::UD_SEND_ONLY, qpn, Psn::new(7)),
+        b"late",
+    );
+    repr.deth = Some(DethRepr {
+        qkey: 0x8001_0000,
+        src_qp: 0x77,
+    });
+    let rx = crate::transport::NetHeader {
+        src: PEER_IP,
+        dst: DEVICE_IP,
+        hop_limit: 64,
+        traffic_class: 0,
+        ipv4_identification: 0,
+        flow_label: 0,
+        udp_payload_len: 64,
+    };
+    let ran = dev.on_qp(&entry, Some(rx), |qp, env, out| {
+        qp.on_packet(&repr, env, out);
+    });
+    assert_eq!(ran, None, "no transport call on a destroyed QP");
+    assert_eq!(dev.counters.destroyed_qp_calls.load(Ordering::Relaxed), 1);
+    let mut wc = [WorkCompletion::default()];
+    assert_eq!(
+        ctx.poll_cq(cq, &mut wc).unwrap(),
+        0,
+        "the SRQ buffer untouched"
+    );
+    assert_eq!(buf.to_vec()[40..44], [0; 4], "no byte scattered");
+    // The timer path (a lazy ACK, a retransmission) is skipped the same way.
+    assert_eq!(dev.on_qp(&entry, None, |_, _, _| ()), None);
+    assert_eq!(dev.counters.destroyed_qp_calls.load(Ordering::Relaxed), 2);
+}

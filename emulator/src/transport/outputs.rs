@@ -42,6 +42,10 @@ pub struct Outputs {
     /// ACKs), and none was owed before: the driver calls `TransportQp::send_lazy_ack` once
     /// its traffic pauses.
     pub owes_lazy_ack: bool,
+    /// The responder accepted the first request since the QP moved to RTR (RC / UC): the
+    /// peer is sending, so the connection is established even if the CM's RTU got lost.
+    /// The driver tells the device's connection manager (once per connection).
+    pub first_request_accepted: bool,
 }
 
 impl Outputs {
@@ -51,6 +55,7 @@ impl Outputs {
             && self.completions.is_empty()
             && !self.entered_error
             && !self.owes_lazy_ack
+            && !self.first_request_accepted
             && self.events.is_empty()
     }
 }

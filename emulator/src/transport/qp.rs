@@ -55,6 +55,9 @@ pub struct TransportQp {
     pub counters: Counters,
     /// IBV_EVENT_COMM_EST was raised (once per connection: cleared only by RESET).
     pub comm_est_raised: bool,
+    /// Set by the move to RTR of an RC / UC QP, cleared by the first request its responder
+    /// accepts (see [`Outputs::first_request_accepted`]).
+    pub awaiting_first_request: bool,
     /// The requester may leave messages nobody waits for without an ACK request (see
     /// `requester::asks_for_ack`); off, every message asks, as rxe's requester does.
     pub coalesce_acks: bool,
@@ -85,6 +88,7 @@ impl TransportQp {
             timers: QpTimers::default(),
             counters: Counters::default(),
             comm_est_raised: false,
+            awaiting_first_request: false,
             coalesce_acks: true,
         }
     }
@@ -172,7 +176,12 @@ impl TransportQp {
             match next {
                 QpState::Reset => self.reset(),
                 QpState::Err => self.enter_error(out),
-                _ => self.attr.qp_state = next,
+                _ => {
+                    if next == QpState::Rtr && self.qp_type != QpType::Ud {
+                        self.awaiting_first_request = true;
+                    }
+                    self.attr.qp_state = next;
+                }
             }
         }
     }

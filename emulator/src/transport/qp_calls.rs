@@ -207,7 +207,13 @@ impl TransportQp {
             // The engine marks the receive completion of this packet solicited (it is the
             // last packet of its message when the requester set SE).
             out.solicited = pkt.bth.solicited;
+            let expected = self.resp.epsn();
             responder::on_request(self, pkt, env, out);
+            // Accepted (not a duplicate, a gap or refused): the expected PSN moved on.
+            if self.awaiting_first_request && self.resp.epsn() != expected {
+                self.awaiting_first_request = false;
+                out.first_request_accepted = true;
+            }
         } else {
             completer::on_response(self, pkt, env, out);
             requester::run(self, env, out);

@@ -58,6 +58,12 @@ pub fn on_request(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: 
         }
         return;
     }
+    if needs_rd_atomic_resource(info) && qp.attr.max_dest_rd_atomic == 0 {
+        // As rxe's check_resource: with no READ / atomic resources (max_dest_rd_atomic 0
+        // at RTR), such a request is invalid (class C: NAK, the QP goes to error).
+        nak_and_fail(qp, pkt.bth.psn, NakCode::InvalidRequest, None, out);
+        return;
+    }
     match info.kind {
         OpKind::Send => receive_send(qp, pkt, info, env, out),
         OpKind::RdmaWrite => receive_write(qp, pkt, info, env, out),
@@ -66,6 +72,15 @@ pub fn on_request(qp: &mut TransportQp, pkt: &RoceRepr<'_>, env: &Env<'_>, out: 
         OpKind::AtomicWrite | OpKind::Flush => execute_write_or_flush(qp, pkt, info, env, out),
         _ => nak_and_fail(qp, pkt.bth.psn, NakCode::InvalidRequest, None, out),
     }
+}
+
+/// Whether a request takes one of the responder's READ / atomic resources (rxe's
+/// `RXE_READ_OR_ATOMIC_MASK | RXE_ATOMIC_WRITE_MASK`; FLUSH takes none).
+fn needs_rd_atomic_resource(info: &OpcodeInfo) -> bool {
+    matches!(
+        info.kind,
+        OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd | OpKind::AtomicWrite
+    )
 }
 
 /// RC: a request is executed only at the expected PSN. A gap earns one PSN sequence NAK, a
