@@ -1,6 +1,6 @@
 //! Helpers of the drop-in's integration tests: where the built library is, a directory
 //! that holds it as libibverbs.so.1, and running a Debian program pair (server + client)
-//! on two emulated devices of the test's own addresses.
+//! on emulated devices of the test's own addresses (two devices, or one both share).
 #![allow(dead_code)]
 
 use std::net::TcpListener;
@@ -70,11 +70,19 @@ pub fn devices(slot: u8) -> String {
 
 /// A command for `program` on the drop-in with the devices of `slot`.
 pub fn on_dropin(program: &Path, slot: u8) -> Command {
+    on_dropin_devices(program, &devices(slot))
+}
+
+/// A command for `program` on the drop-in with `SOFTVERBS_DEVICES=devices`.
+pub fn on_dropin_devices(program: &Path, devices: &str) -> Command {
     let mut c = Command::new(program);
     c.env("LD_LIBRARY_PATH", library_dir())
-        .env("SOFTVERBS_DEVICES", devices(slot))
+        .env("SOFTVERBS_DEVICES", devices)
         .env_remove("SOFTVERBS_PROVIDER")
-        .env_remove("SOFTVERBS_FAULTS");
+        .env_remove("SOFTVERBS_FAULTS")
+        // Sharing one device between processes is the default; a user's setting must not
+        // turn it off under the tests that put both ends on one device.
+        .env_remove("SOFTVERBS_SHARE_PORT");
     c
 }
 
@@ -113,10 +121,21 @@ pub fn run_pair(
     client_args: &[String],
     limit: Duration,
 ) -> (String, String) {
+    run_pair_on(program, &devices(slot), server_args, client_args, limit)
+}
+
+/// [`run_pair`] with `SOFTVERBS_DEVICES=devices` in both processes.
+pub fn run_pair_on(
+    program: &Path,
+    devices: &str,
+    server_args: &[String],
+    client_args: &[String],
+    limit: Duration,
+) -> (String, String) {
     // One pair at a time: the machine may have two cores, and each program busy-polls.
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let server = on_dropin(program, slot)
+    let server = on_dropin_devices(program, devices)
         .args(server_args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -126,7 +145,7 @@ pub fn run_pair(
     // The client fails at once if the server does not listen yet: retry until it does.
     let client = loop {
         std::thread::sleep(Duration::from_millis(150));
-        let c = on_dropin(program, slot)
+        let c = on_dropin_devices(program, devices)
             .args(client_args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
