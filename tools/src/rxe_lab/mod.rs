@@ -268,7 +268,15 @@ fn run_with_retry(
     let Verdict::Fail(first) = &row.verdict else {
         return row;
     };
-    let first = first.clone();
+    // The guest's side of a failure the watchdog did not catch (a program's own timeout),
+    // taken before its programs are ended: what the retry's pass would otherwise hide.
+    let first = if first.contains("guest state in") {
+        first.clone()
+    } else {
+        let who = format!("{} mtu {}: {first}", case.scenario, case.mtu);
+        let saved = watchdog::save_guest_state(env, &who);
+        format!("{first}; guest state in {saved}")
+    };
     print_row(&row, &format!("FAIL: {first} (retrying once)"));
     end_guest_programs(env);
     let retry = run_case(env, capture_dir, index, case, "-retry", capture);

@@ -121,11 +121,15 @@ fn parse_counters(text: &str) -> Option<(u64, u64)> {
 }
 
 /// Writes every rxe0 counter, the guest's QPs (`rdma res show qp`: state, PSNs), the lab
-/// NIC's statistics, the busiest processes and the kernel's last messages to `<run>/wedged-<unix time>.txt`; returns the path (or why not).
-fn save_guest_state(env: &LabEnv, who: &str) -> String {
+/// NIC's statistics, the busiest processes and the kernel's last messages to
+/// `<run>/wedged-<unix time>.txt`; returns the path (or why not). Used for a wedged case,
+/// and for any case's first failure before its retry.
+pub(super) fn save_guest_state(env: &LabEnv, who: &str) -> String {
+    // Bounded in the guest too: a wedged rxe must not hang the snapshot (and the stage).
     let script = format!(
-        "cd {COUNTERS} && grep -H . *; echo; rdma res show qp; echo; ip -s link show lab0; echo; \
-         ps -eo pid,stat,pcpu,etime,comm --sort=-pcpu | head -n 12; echo; dmesg | tail -n 20"
+        "timeout 20 sh -c 'cd {COUNTERS} && grep -H . *; echo; rdma res show qp; echo; \
+         ip -s link show lab0; echo; ps -eo pid,stat,pcpu,etime,comm --sort=-pcpu | head -n 12; \
+         echo; dmesg | tail -n 20'"
     );
     let text = match env.ssh(&[]).arg(script).stdin(Stdio::null()).output() {
         Ok(out) => String::from_utf8_lossy(&out.stdout).into_owned(),
