@@ -17,9 +17,12 @@ struct Symbol {
 }
 
 /// The lists, oldest nodes first: the version script chains the public nodes in this order.
-const LISTS: [&str; 2] = [
+const LISTS: [&str; 3] = [
     "symbols/libibverbs-44.symbols",
     "symbols/libibverbs-newer.symbols",
+    // librdmacm lives in the same library: its calls hand out the drop-in's own ibverbs
+    // objects and share its devices (`softverbs run` links librdmacm.so.1 to this file too).
+    "symbols/librdmacm-44.symbols",
 ];
 
 fn main() {
@@ -54,7 +57,8 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
 
     // Version script: one node per version, in the order of the list, each inheriting from
-    // the one before (as rdma-core's map chains IBVERBS_1.x); the private node stands alone.
+    // the one before of its library (as rdma-core's maps chain IBVERBS_1.x and RDMACM_1.x);
+    // the private nodes stand alone.
     let mut nodes: Vec<String> = Vec::new();
     let mut members: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for s in &symbols {
@@ -74,8 +78,9 @@ fn main() {
         for n in names {
             let _ = writeln!(script, "    {n};");
         }
+        let same_library = |p: &str| p.split('_').next() == node.split('_').next();
         let parent = match previous {
-            Some(p) if !node.contains("PRIVATE") => format!(" {p}"),
+            Some(p) if !node.contains("PRIVATE") && same_library(p) => format!(" {p}"),
             _ => String::new(),
         };
         let _ = writeln!(script, "}}{parent};");
@@ -104,6 +109,7 @@ fn main() {
             "errno" => "sv_stub_errno".to_string(),
             "null" => "sv_stub_null".to_string(),
             "fail" => "sv_stub_fail".to_string(),
+            "faillong" => "sv_stub_fail_long".to_string(),
             "void" => "sv_stub_void".to_string(),
             other => panic!("unknown kind {other} of {}", s.name),
         };

@@ -28,7 +28,8 @@ fn copy_str(dst: &mut [c_char], s: &str) {
     }
 }
 
-fn device_for(name: &str, index: usize) -> *mut IbvDevice {
+/// The `ibv_device` of emulated device `name` (number `index` in the list), made once.
+pub(crate) fn device_for(name: &str, index: usize) -> *mut IbvDevice {
     let mut map = devices().lock();
     if let Some(&p) = map.get(name) {
         return p as *mut IbvDevice;

@@ -46,6 +46,12 @@ pub enum Kind {
     Channel,
     /// `ibv_buf` (from `ibv_alloc_buf`)
     Buf,
+    /// `rdma_event_channel`
+    CmChannel,
+    /// `rdma_cm_id`
+    CmId,
+    /// `rdma_cm_event` (handed out, not yet acknowledged)
+    CmEvent,
 }
 
 fn live() -> &'static Mutex<HashSet<(usize, Kind)>> {

@@ -382,19 +382,28 @@ fn rows() -> Vec<(&'static str, usize)> {
 
 #[test]
 fn layouts_match_verbs_h() {
-    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
-        eprintln!(
-            "SKIPPED: /usr/include/infiniband/verbs.h is absent (apt-get install libibverbs-dev)"
-        );
+    compare_with_c("infiniband/verbs.h", "libibverbs-dev", &rows());
+}
+
+/// Compiles a program against `<header>` that prints each row's C expression and compares
+/// the values with the rows' Rust ones; skips (saying so) without the header or a compiler.
+pub(crate) fn compare_with_c(header: &str, package: &str, rows: &[(&'static str, usize)]) {
+    if !Path::new("/usr/include").join(header).exists() {
+        eprintln!("SKIPPED: /usr/include/{header} is absent (apt-get install {package})");
         return;
     }
-    let rows = rows();
-    let mut c = String::from("#include <infiniband/verbs.h>\n#include <stddef.h>\n#include <stdio.h>\nint main(void) {\n");
-    for (expr, _) in &rows {
+    let mut c = format!(
+        "#include <{header}>\n#include <stddef.h>\n#include <stdio.h>\nint main(void) {{\n"
+    );
+    for (expr, _) in rows {
         c.push_str(&format!("    printf(\"%zu\\n\", (size_t)({expr}));\n"));
     }
     c.push_str("    return 0;\n}\n");
-    let dir = std::env::temp_dir().join(format!("softverbs-layout-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "softverbs-layout-{}-{}",
+        std::process::id(),
+        header.replace('/', "-")
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let src = dir.join("layout.c");
     let exe = dir.join("layout");
@@ -425,7 +434,7 @@ fn layouts_match_verbs_h() {
         .collect();
     assert!(
         mismatches.is_empty(),
-        "layout differs from verbs.h:\n{}",
+        "layout differs from {header}:\n{}",
         mismatches.join("\n")
     );
 }

@@ -28,6 +28,14 @@ pub extern "C" fn sv_stub_fail() -> i32 {
     -1
 }
 
+/// Every unsupported symbol that returns an `ssize_t` or `off_t` -1 with errno (rsocket's
+/// rread, rsend, riomap ...): all 64 bits of -1, errno EOPNOTSUPP.
+#[no_mangle]
+pub extern "C" fn sv_stub_fail_long() -> isize {
+    set_errno(libc::EOPNOTSUPP);
+    -1
+}
+
 /// Every unsupported `void` symbol whose rdma-core fallback does nothing (freeing what the
 /// failing allocator never handed out).
 #[no_mangle]
