@@ -160,6 +160,37 @@ fn disconnect_from_the_passive_side() {
 }
 
 #[test]
+fn a_dreq_to_a_peer_that_lost_the_connection_gets_a_drep_at_once() {
+    let (mut w, a, _) = connected(7);
+    // The passive process is gone and a new CM answers on its address (a process that
+    // exited on a shared device, or a peer past time-wait): it knows no connection.
+    w.nodes[1].cm = CmManager::new(config(w.addr(1), 99));
+    let t0 = w.now_ns;
+    w.nodes[0].cm.disconnect(t0, a).unwrap();
+    w.settle();
+    let kinds = w.nodes[0].log.kinds(a);
+    assert!(
+        matches!(
+            &kinds[kinds.len() - 2..],
+            [CmEventKind::Disconnected, CmEventKind::TimewaitExit]
+        ),
+        "{kinds:?}"
+    );
+    // One round trip, no DREQ resent (the kernel's cm_issue_drep behaviour).
+    let exit = w.nodes[0]
+        .log
+        .events
+        .iter()
+        .find(|(_, e)| e.kind == CmEventKind::TimewaitExit)
+        .unwrap()
+        .0;
+    assert_eq!(exit, t0 + 2 * LATENCY_NS + timing::iba_time_ns(19));
+    assert_eq!(w.nodes[0].cm.counters().retransmits, 0);
+    let c = w.nodes[1].cm.counters();
+    assert_eq!((c.dreps_for_unknown, c.unmatched), (1, 1));
+}
+
+#[test]
 fn reject_carries_the_reason_and_private_data() {
     let (mut w, a, now) = start(4, true, PORT);
     w.run_until(now + 10 * LATENCY_NS);

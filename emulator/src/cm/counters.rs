@@ -24,6 +24,9 @@ pub struct CmCounters {
     pub duplicate_reps: u64,
     /// Duplicate DREQs answered with the DREP again.
     pub duplicate_dreqs: u64,
+    /// DREQs for no connection (also counted as unmatched) answered with a DREP, as the
+    /// kernel's CM answers them.
+    pub dreps_for_unknown: u64,
     /// REJs sent.
     pub rejects_sent: u64,
     /// REJs received.

@@ -110,6 +110,16 @@ impl CmManager {
     pub(super) fn on_dreq(&mut self, now_ns: u64, from: IpAddr, tid: u64, dreq: &DreqRepr) {
         let id = dreq.remote_comm_id;
         if !self.matching_conn(from, id, dreq.local_comm_id) {
+            // The kernel's cm_dreq_handler answers a DREQ for no connection with a DREP
+            // (cm_issue_drep), so that a peer whose side is gone (its process exited, or
+            // time-wait ended) stops resending and reports DISCONNECTED at once.
+            self.counters.dreps_for_unknown += 1;
+            let drep = DrepRepr {
+                local_comm_id: id,
+                remote_comm_id: dreq.local_comm_id,
+                ..DrepRepr::default()
+            };
+            self.send(from, &CmMad::send(tid, CmMessage::Drep(drep)));
             return;
         }
         let c = &self.conns[&id];
