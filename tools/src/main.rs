@@ -57,8 +57,9 @@ enum Command {
     Sim(sim::SimArgs),
     /// The interop lab against kernel rxe in a qemu VM: build, up, run, down.
     RxeLab(rxe_lab::RxeLabArgs),
-    /// Run an unmodified C verbs program on the emulator: `softverbs run -- ibv_devinfo`
-    /// (puts the drop-in libibverbs.so.1 of crate softverbs-ibverbs on its library path).
+    /// Run an unmodified C verbs or rdma_cm program on the emulator: `softverbs run --
+    /// ibv_devinfo`, `softverbs run -- rping -s` (puts the drop-in libibverbs.so.1 and
+    /// librdmacm.so.1 of crate softverbs-ibverbs on its library path).
     Run(run::RunArgs),
     /// Internal: one CPU-bound competitor of `perf --contend`, spinning until process
     /// PARENT exits.

@@ -1,8 +1,10 @@
-//! `softverbs run -- PROGRAM ARGS...`: runs an unmodified, already compiled verbs program on
-//! the emulator by putting softverbs' drop-in `libibverbs.so.1` (crate softverbs-ibverbs)
-//! first on its library path. The program's other RDMA libraries (librdmacm, and the
-//! libmlx5 / libefa that perftest links) are the system's; they bind to the drop-in's
-//! libibverbs symbols, so nothing else needs replacing.
+//! `softverbs run -- PROGRAM ARGS...`: runs an unmodified, already compiled verbs or
+//! rdma_cm program on the emulator by putting softverbs' drop-in library (crate
+//! softverbs-ibverbs) first on its library path under both names it serves,
+//! `libibverbs.so.1` and `librdmacm.so.1` (one file: the loader maps it once, so the
+//! ibverbs objects rdma_cm hands out are the drop-in's own). The program's other RDMA
+//! libraries (the libmlx5 / libefa that perftest links) are the system's; they bind to the
+//! drop-in's libibverbs symbols.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -12,7 +14,7 @@ use std::process::{Command, ExitCode};
 /// The file cargo builds for crate softverbs-ibverbs.
 const BUILT_NAME: &str = "libsoftverbs_ibverbs.so";
 /// Where a program looks for it.
-const INSTALLED_NAME: &str = "libibverbs.so.1";
+const INSTALLED_NAMES: [&str; 2] = ["libibverbs.so.1", "librdmacm.so.1"];
 /// Names the library to use instead of the one next to this executable.
 pub const LIB_ENV: &str = "SOFTVERBS_LIBIBVERBS";
 
@@ -61,7 +63,8 @@ pub fn run(args: &RunArgs) -> ExitCode {
     }
 }
 
-/// The directory holding `libibverbs.so.1` (a link to the drop-in), made if needed.
+/// The directory holding `libibverbs.so.1` and `librdmacm.so.1` (links to the drop-in),
+/// made if needed.
 fn prepare(args: &RunArgs) -> Result<PathBuf, String> {
     if std::env::var("SOFTVERBS_PROVIDER").is_ok_and(|v| v.trim() == "hw") {
         return Err(
@@ -76,13 +79,15 @@ fn prepare(args: &RunArgs) -> Result<PathBuf, String> {
         .ok_or("the library has no directory")?
         .join("softverbs-run");
     std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let link = dir.join(INSTALLED_NAME);
-    // Replace the link each time: the library may have moved or been rebuilt elsewhere.
-    let tmp = dir.join(format!(".{INSTALLED_NAME}.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(&lib, &tmp)
-        .and_then(|()| std::fs::rename(&tmp, &link))
-        .map_err(|e| format!("linking {} to {}: {e}", link.display(), lib.display()))?;
+    for name in INSTALLED_NAMES {
+        let link = dir.join(name);
+        // Replace the link each time: the library may have moved or been rebuilt elsewhere.
+        let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&lib, &tmp)
+            .and_then(|()| std::fs::rename(&tmp, &link))
+            .map_err(|e| format!("linking {} to {}: {e}", link.display(), lib.display()))?;
+    }
     Ok(dir)
 }
 

@@ -56,8 +56,7 @@ unsafe impl Sync for SvEventChannel {}
 
 /// The channel objects handed to C, by address, so that `rdma_event_channel *` leads back
 /// to the shared channel.
-fn table() -> &'static parking_lot::Mutex<std::collections::HashMap<usize, Arc<SvEventChannel>>>
-{
+fn table() -> &'static parking_lot::Mutex<std::collections::HashMap<usize, Arc<SvEventChannel>>> {
     static TABLE: std::sync::OnceLock<
         parking_lot::Mutex<std::collections::HashMap<usize, Arc<SvEventChannel>>>,
     > = std::sync::OnceLock::new();
@@ -87,8 +86,8 @@ impl Drop for SvEventChannel {
 }
 
 fn make() -> Result<Arc<SvEventChannel>, i32> {
-    let queue = FdEventQueue::new("CM event channel", EVENT_CHANNEL_LIMIT, ())
-        .map_err(|e| e.errno())?;
+    let queue =
+        FdEventQueue::new("CM event channel", EVENT_CHANNEL_LIMIT, ()).map_err(|e| e.errno())?;
     // Blocking until the application sets O_NONBLOCK itself (see nonblocking()).
     crate::channel::make_blocking(queue.fd());
     let c = Box::into_raw(Box::new(RdmaEventChannel { fd: queue.fd() }));

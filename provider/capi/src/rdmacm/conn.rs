@@ -201,9 +201,7 @@ pub unsafe extern "C" fn sv_rdma_accept(id: *mut RdmaCmId, param: *mut RdmaConnP
     }
     let accepted = AcceptParams {
         qpn,
-        responder_resources: param
-            .responder_resources
-            .min(st.offered.initiator_depth),
+        responder_resources: param.responder_resources.min(st.offered.initiator_depth),
         initiator_depth: param.initiator_depth.min(st.offered.responder_resources),
         rnr_retry_count: param.rnr_retry_count,
         srq,
@@ -268,8 +266,7 @@ pub unsafe extern "C" fn sv_rdma_disconnect(id: *mut RdmaCmId) -> i32 {
     let (Some(dev), Some(core)) = (st.dev.clone(), st.core) else {
         return super::fail(libc::EINVAL);
     };
-    if !matches!(st.phase, Phase::Connected | Phase::Connecting) || inner.ps == PortSpace::Udp
-    {
+    if !matches!(st.phase, Phase::Connected | Phase::Connecting) || inner.ps == PortSpace::Udp {
         return super::fail(libc::EINVAL);
     }
     match dev.service.disconnect(core) {
@@ -283,10 +280,7 @@ pub unsafe extern "C" fn sv_rdma_disconnect(id: *mut RdmaCmId) -> i32 {
 /// id the QP of `rdma_create_ep`'s attributes if the listener has them, and keeps the
 /// request event in the new id's `event`.
 #[no_mangle]
-pub unsafe extern "C" fn sv_rdma_get_request(
-    listen: *mut RdmaCmId,
-    id: *mut *mut RdmaCmId,
-) -> i32 {
+pub unsafe extern "C" fn sv_rdma_get_request(listen: *mut RdmaCmId, id: *mut *mut RdmaCmId) -> i32 {
     if id.is_null() {
         return super::fail(libc::EINVAL);
     }

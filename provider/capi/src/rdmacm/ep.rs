@@ -85,7 +85,11 @@ pub unsafe extern "C" fn sv_rdma_getaddrinfo(
     let mut qp_type = hints.map_or(0, |h| h.ai_qp_type);
     let mut ps = hints.map_or(0, |h| h.ai_port_space);
     if ps == 0 {
-        ps = if qp_type == 4 { RDMA_PS_UDP } else { RDMA_PS_TCP } as i32;
+        ps = if qp_type == 4 {
+            RDMA_PS_UDP
+        } else {
+            RDMA_PS_TCP
+        } as i32;
     }
     if qp_type == 0 {
         qp_type = if ps == RDMA_PS_UDP as i32 { 4 } else { 2 };

@@ -148,7 +148,8 @@ pub unsafe fn create_qp_on(
     }
     let pd = if pd.is_null() { id_pd } else { pd };
     // SAFETY: a PD is checked live before its context is read.
-    if pd.is_null() || !crate::handle::is_live(pd, crate::handle::Kind::Pd)
+    if pd.is_null()
+        || !crate::handle::is_live(pd, crate::handle::Kind::Pd)
         || unsafe { (*pd).context } != verbs
     {
         return Err(libc::EINVAL);

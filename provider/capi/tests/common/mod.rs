@@ -25,19 +25,22 @@ pub fn built_library() -> PathBuf {
     library
 }
 
-/// A directory holding `libibverbs.so.1` (a link to the built library), for LD_LIBRARY_PATH.
+/// A directory holding `libibverbs.so.1` and `librdmacm.so.1` (links to the built library,
+/// which serves both), for LD_LIBRARY_PATH.
 pub fn library_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("softverbs-capi-lib");
     std::fs::create_dir_all(&dir).unwrap();
-    let link = dir.join("libibverbs.so.1");
-    let tmp = dir.join(format!(
-        ".link.{}.{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
-    let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(built_library(), &tmp).unwrap();
-    std::fs::rename(&tmp, &link).unwrap();
+    for name in ["libibverbs.so.1", "librdmacm.so.1"] {
+        let link = dir.join(name);
+        let tmp = dir.join(format!(
+            ".link.{name}.{}.{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(built_library(), &tmp).unwrap();
+        std::fs::rename(&tmp, &link).unwrap();
+    }
     dir
 }
 
@@ -86,20 +89,51 @@ pub fn on_dropin_devices(program: &Path, devices: &str) -> Command {
     c
 }
 
-/// Waits for `child` up to `limit`, killing it after; its output and whether it exited in time.
+/// Waits for `child` up to `limit`, killing it after; its output and whether it exited in
+/// time. Its pipes are drained meanwhile, so a program that prints more than a pipe holds
+/// (rping -v with large messages) does not block on them.
 pub fn wait(child: Child, limit: Duration) -> (Output, bool) {
     let mut child = child;
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let out = drain(child.stdout.take().map(|p| Box::new(p) as Box<_>));
+    let err = drain(child.stderr.take().map(|p| Box::new(p) as Box<_>));
     let start = Instant::now();
-    loop {
+    let (status, in_time) = loop {
         match child.try_wait().unwrap() {
-            Some(_) => return (child.wait_with_output().unwrap(), true),
+            Some(status) => break (status, true),
             None if start.elapsed() > limit => {
                 let _ = child.kill();
-                return (child.wait_with_output().unwrap(), false);
+                break (child.wait().unwrap(), false);
             }
             None => std::thread::sleep(Duration::from_millis(20)),
         }
+    };
+    let output = Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    };
+    (output, in_time)
+}
+
+/// The last `max` bytes of `text` (whole lines kept readable), for failure messages.
+pub fn tail(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
     }
+    let mut at = text.len() - max;
+    while !text.is_char_boundary(at) {
+        at += 1;
+    }
+    &text[at..]
 }
 
 /// The combined text of an output.
@@ -141,6 +175,9 @@ pub fn run_pair_on(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Waited for (and its pipes drained) from now on, so that a server printing a lot
+    // never blocks on a full pipe while the client runs.
+    let server = std::thread::spawn(move || wait(server, limit));
     let start = Instant::now();
     // The client fails at once if the server does not listen yet: retry until it does.
     let client = loop {
@@ -158,16 +195,18 @@ pub fn run_pair_on(
         if refused && start.elapsed() < Duration::from_secs(10) {
             continue;
         }
-        assert!(in_time, "{program:?} client timed out:\n{t}");
+        assert!(in_time, "{program:?} client timed out:\n{}", tail(&t, 4000));
         break out;
     };
-    let (server_out, in_time) = wait(server, limit);
+    let (server_out, in_time) = server.join().unwrap();
     let (s, c) = (text(&server_out), text(&client));
     assert!(
         in_time && server_out.status.success() && client.status.success(),
-        "{program:?} {server_args:?} failed\n--- server ({:?}):\n{s}\n--- client ({:?}):\n{c}",
+        "{program:?} {server_args:?} failed\n--- server ({:?}):\n{}\n--- client ({:?}):\n{}",
         server_out.status,
-        client.status
+        tail(&s, 4000),
+        client.status,
+        tail(&c, 4000)
     );
     (s, c)
 }
