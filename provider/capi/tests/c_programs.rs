@@ -10,43 +10,10 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 
-/// Compiles tests/c/`name`.c against the drop-in; None (after saying why) without a C
-/// compiler or verbs.h.
+/// Compiles tests/c/`name`.c against the drop-in libibverbs.
 fn compile(name: &str) -> Option<PathBuf> {
-    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
-        eprintln!(
-            "SKIPPED: /usr/include/infiniband/verbs.h is absent (apt-get install libibverbs-dev)"
-        );
-        return None;
-    }
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("capi-c-programs");
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join(name);
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let built = match Command::new(&cc)
-        .arg(format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR")))
-        .arg("-o")
-        .arg(&exe)
-        .arg("-L")
-        .arg(common::library_dir())
-        .arg("-l:libibverbs.so.1")
-        .arg("-Wl,-z,now")
-        .output()
-    {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("SKIPPED: no C compiler ({cc}: {e}); apt-get install gcc");
-            return None;
-        }
-    };
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    Some(exe)
+    common::compile_c(name, &["libibverbs.so.1"])
 }
 
 /// Runs a compiled program on the devices of `slot`; it must exit 0 and print `expect`.

@@ -210,3 +210,43 @@ pub fn run_pair_on(
     );
     (s, c)
 }
+
+/// Compiles tests/c/`name`.c against Debian's headers, linked (BIND_NOW) with the drop-in
+/// under each of `libs` (`libibverbs.so.1`, `librdmacm.so.1`); None (after saying why)
+/// without a C compiler or the headers.
+pub fn compile_c(name: &str, libs: &[&str]) -> Option<PathBuf> {
+    for header in ["infiniband/verbs.h", "rdma/rdma_cma.h"] {
+        if !Path::new("/usr/include").join(header).exists() {
+            eprintln!(
+                "SKIPPED: /usr/include/{header} is absent (apt-get install libibverbs-dev librdmacm-dev)"
+            );
+            return None;
+        }
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("capi-c-programs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join(name);
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let mut cmd = Command::new(&cc);
+    cmd.arg(format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR")))
+        .arg("-o")
+        .arg(&exe)
+        .arg("-L")
+        .arg(library_dir());
+    for lib in libs {
+        cmd.arg(format!("-l:{lib}"));
+    }
+    let built = match cmd.arg("-Wl,-z,now").output() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("SKIPPED: no C compiler ({cc}: {e}); apt-get install gcc");
+            return None;
+        }
+    };
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    Some(exe)
+}
