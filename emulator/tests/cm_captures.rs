@@ -313,6 +313,7 @@ fn a_kernel_req_is_accepted_by_our_listener() {
         rnr_retry_count: 7,
         srq: false,
         private_data: Vec::new(),
+        qp_ack_timeout: None,
     };
     cm.accept(0, ev.id, &accept).unwrap();
     let outs: Vec<CmOutput> = std::iter::from_fn(|| cm.poll_output()).collect();

@@ -41,6 +41,9 @@ pub struct ConnectParams {
     pub srq: bool,
     /// User private data, at most 56 bytes.
     pub private_data: Vec<u8>,
+    /// The QP's local ACK timeout at RTS (RDMA_OPTION_ID_ACK_TIMEOUT, 0..=31); None:
+    /// the path's, as rdma_cm computes it. The REQ carries the path's either way.
+    pub qp_ack_timeout: Option<u8>,
 }
 
 impl CmManager {
@@ -56,7 +59,11 @@ impl CmManager {
         if p.port_space == PortSpace::Udp {
             return Err(CmError::BadArgument("UDP port space resolves with SIDR"));
         }
-        if p.retry_count > 7 || p.rnr_retry_count > 7 || !(1..=5).contains(&p.path_mtu) {
+        if p.retry_count > 7
+            || p.rnr_retry_count > 7
+            || !(1..=5).contains(&p.path_mtu)
+            || p.qp_ack_timeout.is_some_and(|t| t > 31)
+        {
             return Err(CmError::BadArgument("retry counts 0..=7, path MTU 1..=5"));
         }
         if p.qpn == 0 || p.qpn > 0x00ff_ffff {
@@ -130,6 +137,7 @@ impl CmManager {
             sq_psn: 0,
             rq_psn,
             path,
+            qp_ack_timeout: p.qp_ack_timeout,
             srq: p.srq,
             timeout_ns,
             retries_left: 0,

@@ -87,6 +87,9 @@ pub(crate) struct Conn {
     pub sq_psn: u32,
     pub rq_psn: u32,
     pub path: PathParams,
+    /// The QP's local ACK timeout at RTS when the application set one
+    /// (RDMA_OPTION_ID_ACK_TIMEOUT); else the path's.
+    pub qp_ack_timeout: Option<u8>,
     pub srq: bool,
     /// Retransmission interval of the message in flight.
     pub timeout_ns: u64,
@@ -122,7 +125,7 @@ impl Conn {
     pub fn rts_attrs(&self) -> RtsAttrs {
         RtsAttrs {
             sq_psn: self.sq_psn,
-            timeout: self.path.ack_timeout,
+            timeout: self.qp_ack_timeout.unwrap_or(self.path.ack_timeout),
             retry_cnt: self.path.retry_count,
             rnr_retry: self.path.rnr_retry_count,
             max_rd_atomic: self.path.initiator_depth,

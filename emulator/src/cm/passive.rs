@@ -31,6 +31,9 @@ pub struct AcceptParams {
     pub srq: bool,
     /// User private data, at most 196 bytes.
     pub private_data: Vec<u8>,
+    /// The QP's local ACK timeout at RTS (RDMA_OPTION_ID_ACK_TIMEOUT, 0..=31); None:
+    /// the path's.
+    pub qp_ack_timeout: Option<u8>,
 }
 
 impl CmManager {
@@ -103,6 +106,7 @@ impl CmManager {
                 responder_resources: req.initiator_depth,
                 initiator_depth: req.responder_resources,
             },
+            qp_ack_timeout: None,
             srq: false,
             timeout_ns: iba_time_ns(req.local_cm_response_timeout),
             retries_left: 0,
@@ -176,7 +180,11 @@ impl CmManager {
                 max: private_data_max::ACCEPT,
             });
         }
-        if p.rnr_retry_count > 7 || p.qpn == 0 || p.qpn > 0x00ff_ffff {
+        if p.rnr_retry_count > 7
+            || p.qpn == 0
+            || p.qpn > 0x00ff_ffff
+            || p.qp_ack_timeout.is_some_and(|t| t > 31)
+        {
             return Err(CmError::BadArgument("RNR retry count 0..=7 or QP number"));
         }
         let ack_delay = self.cfg.ca_ack_delay;
@@ -187,6 +195,7 @@ impl CmManager {
         }
         c.local_qpn = p.qpn;
         c.srq = p.srq;
+        c.qp_ack_timeout = p.qp_ack_timeout;
         c.path.responder_resources = c.path.responder_resources.min(p.responder_resources);
         c.path.initiator_depth = c.path.initiator_depth.min(p.initiator_depth);
         let mut rep = RepRepr {

@@ -107,6 +107,7 @@ fn connect_params(peer: IpAddr, src_port: u16, qpn: u32) -> ConnectParams {
         path_mtu: 3,
         srq: false,
         private_data: Vec::new(),
+        qp_ack_timeout: None,
     }
 }
 
@@ -144,6 +145,7 @@ fn two_devices_connect_through_qp1_send_data_and_tear_down_leaving_nothing() {
     let (c_sink, c_rx, src_port) = client_port(&c_cm);
     let params = ConnectParams {
         private_data: b"hello".to_vec(),
+        qp_ack_timeout: None,
         ..connect_params(SERVER, src_port, c_qpn)
     };
     let c_id = c_cm.connect(&params, c_sink).unwrap();
@@ -178,6 +180,7 @@ fn two_devices_connect_through_qp1_send_data_and_tear_down_leaving_nothing() {
         .unwrap();
     let accept = AcceptParams {
         private_data: b"welcome".to_vec(),
+        qp_ack_timeout: None,
         ..accept_params(s_qpn)
     };
     s_cm.accept(request.id, &accept).unwrap();
@@ -319,6 +322,7 @@ fn accept_params(qpn: u32) -> AcceptParams {
         rnr_retry_count: 7,
         srq: false,
         private_data: Vec::new(),
+        qp_ack_timeout: None,
     }
 }
 

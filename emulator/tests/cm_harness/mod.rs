@@ -104,6 +104,7 @@ pub fn connect_params(peer: IpAddr, port: u16, qpn: u32) -> ConnectParams {
         path_mtu: 3,
         srq: false,
         private_data: b"hello".to_vec(),
+        qp_ack_timeout: None,
     }
 }
 
@@ -115,6 +116,7 @@ pub fn accept_params(qpn: u32) -> AcceptParams {
         rnr_retry_count: 7,
         srq: false,
         private_data: b"welcome".to_vec(),
+        qp_ack_timeout: None,
     }
 }
 

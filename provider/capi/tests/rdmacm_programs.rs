@@ -27,7 +27,7 @@ fn rping_runs_verified_on_two_devices_and_on_one() {
         let server = s(&[
             "-s",
             "-a",
-            "127.22.40.1",
+            "127.22.50.1",
             "-p",
             &port,
             "-C",
@@ -39,9 +39,9 @@ fn rping_runs_verified_on_two_devices_and_on_one() {
         let client = s(&[
             "-c",
             "-a",
-            "127.22.40.1",
+            "127.22.50.1",
             "-I",
-            "127.22.40.2",
+            "127.22.50.2",
             "-p",
             &port,
             "-C",
@@ -50,7 +50,7 @@ fn rping_runs_verified_on_two_devices_and_on_one() {
             &sz,
             "-v",
         ]);
-        let (server_out, client_out) = run_pair(&rping, 40, &server, &client, LIMIT);
+        let (server_out, client_out) = run_pair(&rping, 50, &server, &client, LIMIT);
         let last = format!("ping data: rdma-ping-{}: ", count - 1);
         for (who, out) in [("server", &server_out), ("client", &client_out)] {
             assert!(

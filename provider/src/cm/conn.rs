@@ -291,6 +291,7 @@ impl CmId {
                 path_mtu,
                 srq: qp.srq().is_some(),
                 private_data: param.private_data.clone(),
+                qp_ack_timeout: None,
             };
             service.connect(&p, sink)
         }
@@ -328,6 +329,7 @@ impl CmId {
             rnr_retry_count: param.rnr_retry_count,
             srq: qp.srq().is_some(),
             private_data: param.private_data.clone(),
+            qp_ack_timeout: None,
         };
         service.accept(core, &p).map_err(core_err)?;
         st.phase = Phase::Connecting;

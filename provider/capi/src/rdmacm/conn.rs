@@ -149,6 +149,7 @@ pub unsafe extern "C" fn sv_rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConn
                 path_mtu,
                 srq,
                 private_data: param.private_data,
+                qp_ack_timeout: st.ack_timeout,
             },
             sink,
         )
@@ -206,6 +207,7 @@ pub unsafe extern "C" fn sv_rdma_accept(id: *mut RdmaCmId, param: *mut RdmaConnP
         rnr_retry_count: param.rnr_retry_count,
         srq,
         private_data: param.private_data,
+        qp_ack_timeout: st.ack_timeout,
     };
     if let Err(e) = dev.service.accept(core, &accepted) {
         return super::fail(e.errno());
@@ -255,7 +257,10 @@ pub unsafe extern "C" fn sv_rdma_reject(
 }
 
 /// `rdma_disconnect`: the QP goes to ERR (its work flushes) and the DREQ goes out;
-/// DISCONNECTED then TIMEWAIT_EXIT follow.
+/// DISCONNECTED then TIMEWAIT_EXIT follow. As the kernel's, it succeeds on any id that
+/// has had a connection, also once the peer disconnected first (the DREQ or DREP that
+/// cannot be sent any more is dropped); EINVAL on an id that never connected. A
+/// synchronous id that sent the DREQ waits for its DISCONNECTED.
 #[no_mangle]
 pub unsafe extern "C" fn sv_rdma_disconnect(id: *mut RdmaCmId) -> i32 {
     // SAFETY: checked live inside.
@@ -263,16 +268,36 @@ pub unsafe extern "C" fn sv_rdma_disconnect(id: *mut RdmaCmId) -> i32 {
         return super::fail(libc::EINVAL);
     };
     let st = inner.state.lock();
-    let (Some(dev), Some(core)) = (st.dev.clone(), st.core) else {
+    let had_connection = matches!(
+        st.phase,
+        Phase::Requested | Phase::Connecting | Phase::Connected | Phase::Disconnected
+    );
+    let Some(dev) = st.dev.clone() else {
         return super::fail(libc::EINVAL);
     };
-    if !matches!(st.phase, Phase::Connected | Phase::Connecting) || inner.ps == PortSpace::Udp {
+    if !had_connection || inner.ps == PortSpace::Udp {
         return super::fail(libc::EINVAL);
     }
-    match dev.service.disconnect(core) {
-        Ok(()) => 0,
-        Err(e) => super::fail(e.errno()),
+    let sent = st
+        .core
+        .is_some_and(|core| dev.service.disconnect(core).is_ok());
+    drop(st);
+    // SAFETY: live id: its own QP, if it has one, goes to ERR as the kernel's
+    // cma_modify_qp_err does (the CM did so already when it sent the DREQ).
+    let qp = unsafe { (*id).qp };
+    if !sent && !qp.is_null() {
+        let mut attr = softverbs_api::c_layout::IbvQpAttr {
+            qp_state: 6, // IBV_QPS_ERR
+            ..Default::default()
+        };
+        // SAFETY: a QP of ours the id holds.
+        unsafe { crate::qp::sv_ibv_modify_qp(qp, &mut attr as *mut _ as *mut _, 1) };
     }
+    // A DREQ sent: DISCONNECTED follows (on the DREP, or after the DREQ's retries).
+    if sent {
+        return complete(&inner);
+    }
+    0
 }
 
 /// `rdma_get_request` on a listening id: waits for the next CONNECT_REQUEST on its
