@@ -6,7 +6,8 @@ mod cm_harness;
 
 use cm_harness::{accept_params, config, connect_params, Faults, World, LATENCY_NS};
 use softverbs_emu::cm::{
-    timing, CmError, CmEventKind, CmId, CmManager, ConnState, QpRequest, Rejection,
+    timing, CmError, CmEventKind, CmId, CmManager, ConnState, ConnectParams, QpRequest,
+    Rejection,
 };
 use softverbs_emu::wire::cm::{rej_reason, CmMessage, PortSpace};
 
@@ -157,6 +158,49 @@ fn disconnect_from_the_active_side() {
 #[test]
 fn disconnect_from_the_passive_side() {
     disconnect_from(1);
+}
+
+#[test]
+fn a_qp_ack_timeout_reaches_rts_on_both_sides_and_the_req_keeps_the_paths() {
+    let mut w = World::new(11, Faults::default());
+    w.nodes[1].cm.listen(PortSpace::Tcp, PORT).unwrap();
+    let mut params = connect_params(w.addr(1), PORT, 0x11);
+    params.qp_ack_timeout = Some(21);
+    let bad = ConnectParams {
+        qp_ack_timeout: Some(32),
+        ..params.clone()
+    };
+    assert!(matches!(
+        w.nodes[0].cm.connect(w.now_ns, &bad),
+        Err(CmError::BadArgument(_))
+    ));
+    let now = w.now_ns;
+    w.nodes[0].cm.connect(now, &params).unwrap();
+    // The REQ arrives; accept before any resend.
+    w.run_until(now + 10 * LATENCY_NS);
+    let p = w.nodes[1].log.events[0].1.id;
+    let mut accept = accept_params(0x22);
+    accept.qp_ack_timeout = Some(14);
+    let now = w.now_ns;
+    w.nodes[1].cm.accept(now, p, &accept).unwrap();
+    w.settle();
+    let rts_timeout = |i: usize| {
+        w.nodes[i].log.qp.iter().find_map(|q| match q {
+            QpRequest::Rts { attrs, .. } => Some(attrs.timeout),
+            _ => None,
+        })
+    };
+    assert_eq!((rts_timeout(0), rts_timeout(1)), (Some(21), Some(14)));
+    // The REQ carries the path's timeout (rdma_cm's cm_ack_timeout), not the option.
+    let req = w.nodes[0]
+        .log
+        .sent
+        .iter()
+        .find_map(|(_, m)| match &m.message {
+            CmMessage::Req(r) => Some(r.primary_local_ack_timeout),
+            _ => None,
+        });
+    assert_eq!(req, Some(19));
 }
 
 #[test]
