@@ -314,6 +314,7 @@ fn a_kernel_req_is_accepted_by_our_listener() {
         srq: false,
         private_data: Vec::new(),
         qp_ack_timeout: None,
+        manual_qp: false,
     };
     cm.accept(0, ev.id, &accept).unwrap();
     let outs: Vec<CmOutput> = std::iter::from_fn(|| cm.poll_output()).collect();

@@ -6,8 +6,7 @@ mod cm_harness;
 
 use cm_harness::{accept_params, config, connect_params, Faults, World, LATENCY_NS};
 use softverbs_emu::cm::{
-    timing, CmError, CmEventKind, CmId, CmManager, ConnState, ConnectParams, QpRequest,
-    Rejection,
+    timing, CmError, CmEventKind, CmId, CmManager, ConnState, ConnectParams, QpRequest, Rejection,
 };
 use softverbs_emu::wire::cm::{rej_reason, CmMessage, PortSpace};
 
@@ -201,6 +200,63 @@ fn a_qp_ack_timeout_reaches_rts_on_both_sides_and_the_req_keeps_the_paths() {
             _ => None,
         });
     assert_eq!(req, Some(19));
+}
+
+#[test]
+fn an_application_that_moves_its_own_qp_gets_connect_response_then_establishes() {
+    let mut w = World::new(12, Faults::default());
+    w.nodes[1].cm.listen(PortSpace::Tcp, PORT).unwrap();
+    let mut params = connect_params(w.addr(1), PORT, 0x11);
+    params.manual_qp = true;
+    let now = w.now_ns;
+    let a = w.nodes[0].cm.connect(now, &params).unwrap();
+    w.run_until(now + 10 * LATENCY_NS);
+    let p = w.nodes[1].log.events[0].1.id;
+    let mut accept = accept_params(0x22);
+    accept.manual_qp = true;
+    let now = w.now_ns;
+    w.nodes[1].cm.accept(now, p, &accept).unwrap();
+    w.run_until(now + 10 * LATENCY_NS);
+    // The REP reached the active side: CONNECT_RESPONSE, no RTU yet, no QP touched.
+    assert!(matches!(
+        w.nodes[0].log.kinds(a)[..],
+        [CmEventKind::ConnectResponse {
+            remote_qpn: 0x22,
+            ..
+        }]
+    ));
+    assert_eq!(w.nodes[0].cm.info(a).unwrap().state, ConnState::RepRcvd);
+    let (rtr, rts) = w.nodes[0]
+        .cm
+        .qp_attrs(a)
+        .expect("attributes once the REP came");
+    assert_eq!(rtr.dest_qpn, 0x22);
+    assert_eq!(rts.sq_psn, w.nodes[0].cm.info(a).unwrap().sq_psn);
+    assert!(
+        w.nodes[1].log.kinds(p).len() == 1,
+        "passive still waits for the RTU"
+    );
+    w.nodes[0].cm.establish(a).unwrap();
+    assert!(matches!(
+        w.nodes[0].cm.establish(a),
+        Err(CmError::InvalidState(_))
+    ));
+    w.settle();
+    assert_eq!(w.nodes[0].cm.info(a).unwrap().state, ConnState::Established);
+    assert!(matches!(
+        w.nodes[1].log.kinds(p)[..],
+        [
+            CmEventKind::ConnectRequest { .. },
+            CmEventKind::Established { .. }
+        ]
+    ));
+    assert!(w.nodes[0].log.qp.is_empty() && w.nodes[1].log.qp.is_empty());
+    // Disconnecting leaves such QPs alone too.
+    let now = w.now_ns;
+    w.nodes[0].cm.disconnect(now, a).unwrap();
+    w.settle();
+    assert!(w.nodes[0].log.qp.is_empty() && w.nodes[1].log.qp.is_empty());
+    assert_eq!(w.nodes[0].cm.live_connections(), 0);
 }
 
 #[test]

@@ -44,6 +44,9 @@ pub struct ConnectParams {
     /// The QP's local ACK timeout at RTS (RDMA_OPTION_ID_ACK_TIMEOUT, 0..=31); None:
     /// the path's, as rdma_cm computes it. The REQ carries the path's either way.
     pub qp_ack_timeout: Option<u8>,
+    /// The application moves its QP itself (an id without a QP, librdmacm's
+    /// CONNECT_RESPONSE and rdma_establish): no QP moves are asked for.
+    pub manual_qp: bool,
 }
 
 impl CmManager {
@@ -138,6 +141,7 @@ impl CmManager {
             rq_psn,
             path,
             qp_ack_timeout: p.qp_ack_timeout,
+            manual_qp: p.manual_qp,
             srq: p.srq,
             timeout_ns,
             retries_left: 0,
@@ -169,6 +173,11 @@ impl CmManager {
         };
         match c.state {
             ConnState::ReqSent | ConnState::MraReqRcvd => {}
+            // The application is still moving its QP: the RTU follows its establish.
+            ConnState::RepRcvd if c.remote_id == rep.local_comm_id => {
+                self.counters.duplicate_reps += 1;
+                return;
+            }
             ConnState::Established if c.remote_id == rep.local_comm_id => {
                 // Our RTU was lost: send it again.
                 self.counters.duplicate_reps += 1;
@@ -192,8 +201,19 @@ impl CmManager {
         c.path.ack_timeout =
             ack_timeout(rep.target_ack_delay, c.path.ack_timeout.saturating_sub(1));
         c.path.rnr_retry_count = rep.rnr_retry_count;
-        c.state = ConnState::Established;
         c.deadline_ns = None;
+        if c.manual_qp {
+            c.state = ConnState::RepRcvd;
+            self.emit_event(
+                id,
+                CmEventKind::ConnectResponse {
+                    remote_qpn: rep.local_qpn,
+                    private_data: rep.private_data.to_vec(),
+                },
+            );
+            return;
+        }
+        c.state = ConnState::Established;
         let (qpn, rtr, rts, peer, tid) = (c.local_qpn, c.rtr_attrs(), c.rts_attrs(), c.peer, c.tid);
         let rtu = RtuRepr {
             local_comm_id: id,
@@ -213,6 +233,27 @@ impl CmManager {
                 private_data: rep.private_data.to_vec(),
             },
         );
+    }
+
+    /// rdma_establish: the application moved its QP after CONNECT_RESPONSE; sends the
+    /// RTU. The connection is established (no event: the application knows).
+    pub fn establish(&mut self, id: CmId) -> Result<(), CmError> {
+        let c = self.conn_mut(id)?;
+        if c.state != ConnState::RepRcvd {
+            return Err(CmError::InvalidState(c.state.name()));
+        }
+        c.state = ConnState::Established;
+        let (peer, tid, remote_id) = (c.peer, c.tid, c.remote_id);
+        let rtu = RtuRepr {
+            local_comm_id: id.0,
+            remote_comm_id: remote_id,
+            ..RtuRepr::default()
+        };
+        let bytes = self.send(peer, &CmMad::send(tid, CmMessage::Rtu(rtu)));
+        let c = self.conn_mut(id)?;
+        c.last_sent = Some(Box::new(bytes));
+        self.counters.established += 1;
+        Ok(())
     }
 
     pub(super) fn on_mra(&mut self, now_ns: u64, from: IpAddr, mra: &MraRepr) {

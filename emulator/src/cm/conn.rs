@@ -24,6 +24,9 @@ pub enum ConnState {
     /// Active: the peer acknowledged the REQ with an MRA and needs longer
     /// (IB_CM_MRA_REQ_RCVD).
     MraReqRcvd,
+    /// Active, the application moves its own QP: REP handed to it (CONNECT_RESPONSE),
+    /// `establish` awaited to send the RTU (IB_CM_REP_RCVD).
+    RepRcvd,
     /// Passive: REQ handed to the application, accept or reject awaited; a duplicate REQ
     /// gets an MRA (IB_CM_REQ_RCVD / IB_CM_MRA_REQ_SENT).
     ReqRcvd,
@@ -44,6 +47,7 @@ impl ConnState {
         match self {
             ConnState::ReqSent => "REQ_SENT",
             ConnState::MraReqRcvd => "MRA_REQ_RCVD",
+            ConnState::RepRcvd => "REP_RCVD",
             ConnState::ReqRcvd => "REQ_RCVD",
             ConnState::RepSent => "REP_SENT",
             ConnState::Established => "ESTABLISHED",
@@ -90,6 +94,9 @@ pub(crate) struct Conn {
     /// The QP's local ACK timeout at RTS when the application set one
     /// (RDMA_OPTION_ID_ACK_TIMEOUT); else the path's.
     pub qp_ack_timeout: Option<u8>,
+    /// The application moves the QP itself (rdma_init_qp_attr + ibv_modify_qp, then
+    /// rdma_establish): the CM asks for no QP moves.
+    pub manual_qp: bool,
     pub srq: bool,
     /// Retransmission interval of the message in flight.
     pub timeout_ns: u64,

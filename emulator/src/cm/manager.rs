@@ -14,7 +14,7 @@ use super::conn::{Conn, ConnInfo, ConnState};
 use super::counters::CmCounters;
 use super::ids::IdGen;
 use super::sidr_state::Sidr;
-use super::types::{CmError, CmEvent, CmEventKind, CmId, CmOutput, QpRequest};
+use super::types::{CmError, CmEvent, CmEventKind, CmId, CmOutput, QpRequest, RtrAttrs, RtsAttrs};
 use crate::wire::cm::mad::method;
 use crate::wire::cm::{CmMad, CmMessage, MadError, PortSpace};
 
@@ -78,6 +78,16 @@ impl CmManager {
             sq_psn: c.sq_psn,
             rq_psn: c.rq_psn,
         })
+    }
+
+    /// The RTR and RTS attributes connection `id`'s QP gets (what the CM asks the engine
+    /// for, or what rdma_init_qp_attr gives an application that moves its own QP); None
+    /// before the peer's QP is known.
+    pub fn qp_attrs(&self, id: CmId) -> Option<(RtrAttrs, RtsAttrs)> {
+        self.conns
+            .get(&id.0)
+            .filter(|c| c.remote_qpn != 0)
+            .map(|c| (c.rtr_attrs(), c.rts_attrs()))
     }
 
     /// Accepts REQs (or SIDR_REQs for the UDP port space) for `port` in `space`.
@@ -202,7 +212,10 @@ impl CmManager {
                 self.emit_event(id, CmEventKind::Disconnected);
                 self.enter_timewait(now_ns, id);
             }
-            ConnState::ReqRcvd | ConnState::Established | ConnState::TimeWait => {
+            ConnState::ReqRcvd
+            | ConnState::RepRcvd
+            | ConnState::Established
+            | ConnState::TimeWait => {
                 c.deadline_ns = None;
             }
         }
@@ -265,7 +278,9 @@ impl CmManager {
 
     /// Queues a QP change for connection `id` unless its handle was destroyed.
     pub(super) fn modify_qp(&mut self, id: u32, req: QpRequest) {
-        if !self.conns.get(&id).is_some_and(|c| c.quiet) {
+        // A QP the application moves itself is never touched (librdmacm leaves an
+        // external QP alone, also on errors and disconnects).
+        if !self.conns.get(&id).is_some_and(|c| c.quiet || c.manual_qp) {
             self.out.push_back(CmOutput::ModifyQp(req));
         }
     }

@@ -34,6 +34,9 @@ pub struct AcceptParams {
     /// The QP's local ACK timeout at RTS (RDMA_OPTION_ID_ACK_TIMEOUT, 0..=31); None:
     /// the path's.
     pub qp_ack_timeout: Option<u8>,
+    /// The application moves its QP itself (an id without a QP, librdmacm's
+    /// CONNECT_RESPONSE and rdma_establish): no QP moves are asked for.
+    pub manual_qp: bool,
 }
 
 impl CmManager {
@@ -107,6 +110,7 @@ impl CmManager {
                 initiator_depth: req.responder_resources,
             },
             qp_ack_timeout: None,
+            manual_qp: false,
             srq: false,
             timeout_ns: iba_time_ns(req.local_cm_response_timeout),
             retries_left: 0,
@@ -196,6 +200,7 @@ impl CmManager {
         c.local_qpn = p.qpn;
         c.srq = p.srq;
         c.qp_ack_timeout = p.qp_ack_timeout;
+        c.manual_qp = p.manual_qp;
         c.path.responder_resources = c.path.responder_resources.min(p.responder_resources);
         c.path.initiator_depth = c.path.initiator_depth.min(p.initiator_depth);
         let mut rep = RepRepr {
@@ -221,8 +226,10 @@ impl CmManager {
             c.tid,
             c.timeout_ns,
         );
-        self.modify_qp(id.0, QpRequest::Rtr { qpn, attrs: rtr });
-        self.modify_qp(id.0, QpRequest::Rts { qpn, attrs: rts });
+        if !p.manual_qp {
+            self.modify_qp(id.0, QpRequest::Rtr { qpn, attrs: rtr });
+            self.modify_qp(id.0, QpRequest::Rts { qpn, attrs: rts });
+        }
         let bytes = self.send(peer, &CmMad::send(tid, CmMessage::Rep(rep)));
         self.conn_mut(id)?.arm(now_ns, timeout, bytes);
         Ok(())

@@ -59,7 +59,7 @@ impl CmManager {
                 );
                 self.free_conn(id.0);
             }
-            ConnState::ReqRcvd | ConnState::RepSent => {
+            ConnState::ReqRcvd | ConnState::RepSent | ConnState::RepRcvd => {
                 let what = if state == ConnState::ReqRcvd {
                     msg_code::REQ
                 } else {

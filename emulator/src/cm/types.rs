@@ -117,6 +117,15 @@ pub enum CmEventKind {
         /// The peer's private data (REP's 196 bytes on the active side, RTU's on the passive).
         private_data: Vec<u8>,
     },
+    /// The REP of a connection whose application moves its own QP
+    /// (RDMA_CM_EVENT_CONNECT_RESPONSE): move the QP (the attributes are
+    /// [`crate::cm::CmManager::qp_attrs`]'s), then `establish` sends the RTU.
+    ConnectResponse {
+        /// The peer's QP.
+        remote_qpn: u32,
+        /// The REP's private data (196 bytes).
+        private_data: Vec<u8>,
+    },
     /// The peer rejected (RDMA_CM_EVENT_REJECTED).
     Rejected(Rejection),
     /// No answer after every retry (RDMA_CM_EVENT_UNREACHABLE, status -ETIMEDOUT).

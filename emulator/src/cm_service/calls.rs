@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::service::{CmEventSink, CmService};
-use crate::cm::{AcceptParams, CmError, CmId, ConnInfo, ConnectParams};
+use crate::cm::{AcceptParams, CmError, CmId, ConnInfo, ConnectParams, RtrAttrs, RtsAttrs};
 use crate::wire::cm::{ip_service_id, PortSpace};
 
 impl CmService {
@@ -103,6 +103,17 @@ impl CmService {
     /// new id getting its own sink).
     pub fn reroute(&self, id: CmId, sink: Arc<dyn CmEventSink>) {
         self.state.lock().routes.insert(id.0, sink);
+    }
+
+    /// rdma_establish: sends the RTU of a connection whose application moved its own QP
+    /// after CONNECT_RESPONSE.
+    pub fn establish(&self, id: CmId) -> Result<(), CmError> {
+        self.with_core(|st, _| st.mgr.establish(id))
+    }
+
+    /// The RTR and RTS attributes of connection `id`'s QP (rdma_init_qp_attr).
+    pub fn qp_attrs(&self, id: CmId) -> Option<(RtrAttrs, RtsAttrs)> {
+        self.state.lock().mgr.qp_attrs(id)
     }
 
     /// A snapshot of connection `id`.

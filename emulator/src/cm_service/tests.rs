@@ -108,6 +108,7 @@ fn connect_params(peer: IpAddr, src_port: u16, qpn: u32) -> ConnectParams {
         srq: false,
         private_data: Vec::new(),
         qp_ack_timeout: None,
+        manual_qp: false,
     }
 }
 
@@ -146,6 +147,7 @@ fn two_devices_connect_through_qp1_send_data_and_tear_down_leaving_nothing() {
     let params = ConnectParams {
         private_data: b"hello".to_vec(),
         qp_ack_timeout: None,
+        manual_qp: false,
         ..connect_params(SERVER, src_port, c_qpn)
     };
     let c_id = c_cm.connect(&params, c_sink).unwrap();
@@ -181,6 +183,7 @@ fn two_devices_connect_through_qp1_send_data_and_tear_down_leaving_nothing() {
     let accept = AcceptParams {
         private_data: b"welcome".to_vec(),
         qp_ack_timeout: None,
+        manual_qp: false,
         ..accept_params(s_qpn)
     };
     s_cm.accept(request.id, &accept).unwrap();
@@ -323,6 +326,7 @@ fn accept_params(qpn: u32) -> AcceptParams {
         srq: false,
         private_data: Vec::new(),
         qp_ack_timeout: None,
+        manual_qp: false,
     }
 }
 

@@ -105,6 +105,7 @@ pub fn connect_params(peer: IpAddr, port: u16, qpn: u32) -> ConnectParams {
         srq: false,
         private_data: b"hello".to_vec(),
         qp_ack_timeout: None,
+        manual_qp: false,
     }
 }
 
@@ -117,6 +118,7 @@ pub fn accept_params(qpn: u32) -> AcceptParams {
         srq: false,
         private_data: b"welcome".to_vec(),
         qp_ack_timeout: None,
+        manual_qp: false,
     }
 }
 

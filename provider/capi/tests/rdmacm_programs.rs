@@ -61,6 +61,38 @@ fn rping_runs_verified_on_two_devices_and_on_one() {
             assert_eq!(out.matches("ping data: rdma-ping-").count(), count, "{who}");
         }
     }
+    // Both sides moving their own QPs (-q: rdma_init_qp_attr, CONNECT_RESPONSE,
+    // rdma_establish).
+    let port = common::free_port().to_string();
+    let server = s(&[
+        "-s",
+        "-q",
+        "-a",
+        "127.22.50.1",
+        "-p",
+        &port,
+        "-C",
+        "3",
+        "-v",
+    ]);
+    let client = s(&[
+        "-c",
+        "-q",
+        "-a",
+        "127.22.50.1",
+        "-I",
+        "127.22.50.2",
+        "-p",
+        &port,
+        "-C",
+        "3",
+        "-v",
+    ]);
+    let (_, client_out) = run_pair(&rping, 50, &server, &client, LIMIT);
+    assert!(
+        client_out.contains("ping data: rdma-ping-2: "),
+        "{client_out}"
+    );
     // Both ends on one device (the client's source is the server's address).
     let port = common::free_port().to_string();
     let server = s(&["-s", "-a", "127.22.41.1", "-p", &port, "-C", "5", "-v"]);

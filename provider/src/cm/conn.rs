@@ -292,6 +292,7 @@ impl CmId {
                 srq: qp.srq().is_some(),
                 private_data: param.private_data.clone(),
                 qp_ack_timeout: None,
+                manual_qp: false,
             };
             service.connect(&p, sink)
         }
@@ -330,6 +331,7 @@ impl CmId {
             srq: qp.srq().is_some(),
             private_data: param.private_data.clone(),
             qp_ack_timeout: None,
+            manual_qp: false,
         };
         service.accept(core, &p).map_err(core_err)?;
         st.phase = Phase::Connecting;
@@ -432,7 +434,11 @@ pub(crate) fn outcome(id: &Arc<IdShared>, kind: CoreKind) -> VerbsResult<Option<
             e.event = EventType::Unreachable;
             e.status = status.map_or(-libc::ETIMEDOUT, i32::from);
         }
-        CoreKind::ConnectRequest { .. } | CoreKind::SidrRequest { .. } => return Ok(None),
+        // Requests are made into events elsewhere; ConnectResponse only comes to ids
+        // whose application moves its own QP, which this API's ids never do.
+        CoreKind::ConnectRequest { .. }
+        | CoreKind::SidrRequest { .. }
+        | CoreKind::ConnectResponse { .. } => return Ok(None),
     }
     Ok(Some(e))
 }

@@ -80,20 +80,35 @@ unsafe fn read_param(p: *const RdmaConnParam, dev: &CmDevice) -> Result<Param, i
     })
 }
 
-/// The QP number and SRQ use of the id's QP, else those `param` names (a QP the
-/// application keeps itself).
-fn qp_of(id: *mut RdmaCmId, param: &Param) -> Result<(u32, bool), i32> {
+/// The QP a connection uses: the id's own, which the CM moves, or the one `param`
+/// names, which the application moves itself (rdma_init_qp_attr, rdma_establish).
+struct ConnQp {
+    qpn: u32,
+    srq: bool,
+    manual: bool,
+}
+
+/// The id's QP, else the one `param` names (EINVAL if neither).
+fn qp_of(id: *mut RdmaCmId, param: &Param) -> Result<ConnQp, i32> {
     // SAFETY: live id (the caller checked): the library's own fields.
     let (qp, srq) = unsafe { ((*id).qp, (*id).srq) };
     if qp.is_null() {
-        if param.qp_num == 0 {
+        if param.qp_num == 0 || param.qp_num > 0x00ff_ffff {
             return Err(libc::EINVAL);
         }
-        return Ok((param.qp_num, param.srq));
+        return Ok(ConnQp {
+            qpn: param.qp_num,
+            srq: param.srq,
+            manual: true,
+        });
     }
     // SAFETY: a QP of ours the id holds.
     let (qpn, qp_srq) = unsafe { ((*qp).qp_num, (*qp).srq) };
-    Ok((qpn, !qp_srq.is_null() || !srq.is_null()))
+    Ok(ConnQp {
+        qpn,
+        srq: !qp_srq.is_null() || !srq.is_null(),
+        manual: false,
+    })
 }
 
 /// `rdma_connect` on a route-resolved id: RC sends the REQ (ESTABLISHED, REJECTED,
@@ -126,7 +141,7 @@ pub unsafe extern "C" fn sv_rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConn
             sink,
         )
     } else {
-        let (qpn, srq) = match qp_of(id, &param) {
+        let qp = match qp_of(id, &param) {
             Ok(q) => q,
             Err(e) => return super::fail(e),
         };
@@ -141,15 +156,16 @@ pub unsafe extern "C" fn sv_rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConn
                 port_space: inner.ps,
                 dst_port: remote.port(),
                 src_port: local.port(),
-                qpn,
+                qpn: qp.qpn,
                 responder_resources: param.responder_resources,
                 initiator_depth: param.initiator_depth,
                 retry_count: param.retry_count,
                 rnr_retry_count: param.rnr_retry_count,
                 path_mtu,
-                srq,
+                srq: qp.srq,
                 private_data: param.private_data,
                 qp_ack_timeout: st.ack_timeout,
+                manual_qp: qp.manual,
             },
             sink,
         )
@@ -186,14 +202,14 @@ pub unsafe extern "C" fn sv_rdma_accept(id: *mut RdmaCmId, param: *mut RdmaConnP
         Ok(p) => p,
         Err(e) => return super::fail(e),
     };
-    let (qpn, srq) = match qp_of(id, &param) {
+    let qp = match qp_of(id, &param) {
         Ok(q) => q,
         Err(e) => return super::fail(e),
     };
     if inner.ps == PortSpace::Udp {
         if let Err(e) = dev
             .service
-            .sidr_accept(core, qpn, RDMA_UDP_QKEY, &param.private_data)
+            .sidr_accept(core, qp.qpn, RDMA_UDP_QKEY, &param.private_data)
         {
             return super::fail(e.errno());
         }
@@ -201,13 +217,14 @@ pub unsafe extern "C" fn sv_rdma_accept(id: *mut RdmaCmId, param: *mut RdmaConnP
         return 0;
     }
     let accepted = AcceptParams {
-        qpn,
+        qpn: qp.qpn,
         responder_resources: param.responder_resources.min(st.offered.initiator_depth),
         initiator_depth: param.initiator_depth.min(st.offered.responder_resources),
         rnr_retry_count: param.rnr_retry_count,
-        srq,
+        srq: qp.srq,
         private_data: param.private_data,
         qp_ack_timeout: st.ack_timeout,
+        manual_qp: qp.manual,
     };
     if let Err(e) = dev.service.accept(core, &accepted) {
         return super::fail(e.errno());
@@ -358,19 +375,29 @@ pub unsafe extern "C" fn sv_rdma_get_request(listen: *mut RdmaCmId, id: *mut *mu
     0
 }
 
-/// `rdma_establish`: for an active id whose QP the application moves itself; here the CM
-/// completes the connection with the REP, so this only checks the id is connecting or
-/// connected.
+/// `rdma_establish`: an active id whose application moves its own QP (no QP on the id,
+/// CONNECT_RESPONSE received, the QP moved with rdma_init_qp_attr's attributes) sends the
+/// RTU. EINVAL for an id with a QP (the CM moved that one already) or in another state.
 #[no_mangle]
 pub unsafe extern "C" fn sv_rdma_establish(id: *mut RdmaCmId) -> i32 {
     // SAFETY: checked live inside.
     let Some(inner) = (unsafe { live_id(id) }) else {
         return super::fail(libc::EINVAL);
     };
-    let phase = inner.state.lock().phase;
-    match phase {
-        Phase::Connecting | Phase::Connected => 0,
-        _ => super::fail(libc::EINVAL),
+    // SAFETY: live id: the library's own field.
+    if !unsafe { (*id).qp }.is_null() {
+        return super::fail(libc::EINVAL);
+    }
+    let mut st = inner.state.lock();
+    let (Some(dev), Some(core)) = (st.dev.clone(), st.core) else {
+        return super::fail(libc::EINVAL);
+    };
+    match dev.service.establish(core) {
+        Ok(()) => {
+            st.phase = Phase::Connected;
+            0
+        }
+        Err(e) => super::fail(e.errno()),
     }
 }
 

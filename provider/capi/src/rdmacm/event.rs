@@ -151,6 +151,14 @@ fn outcome(id: &Arc<IdInner>, kind: CoreKind) -> Box<SvEvent> {
             set_private_data(&mut e, private_data, false);
             e.ev.param.conn.qp_num = remote_qpn;
         }
+        CoreKind::ConnectResponse {
+            remote_qpn,
+            private_data,
+        } => {
+            e.ev.event = event::CONNECT_RESPONSE;
+            set_private_data(&mut e, private_data, false);
+            e.ev.param.conn.qp_num = remote_qpn;
+        }
         CoreKind::Rejected(r) => {
             e.ev.event = event::REJECTED;
             e.ev.status = i32::from(r.reason);

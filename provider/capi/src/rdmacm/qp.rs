@@ -7,6 +7,8 @@
 use std::ffi::c_void;
 
 use softverbs_api::c_layout::IbvQpAttr;
+use softverbs_emu::cm::QpRequest;
+use softverbs_emu::cm_service::qp_moves;
 
 use super::abi::*;
 use super::conn::RDMA_UDP_QKEY;
@@ -356,7 +358,8 @@ pub unsafe extern "C" fn sv_rdma_destroy_srq(id: *mut RdmaCmId) {
 
 /// `rdma_init_qp_attr`: the attributes rdma_cm would move the id's QP with to
 /// `attr->qp_state` (INIT: port, P_Key index, access / Q_Key; RTR and RTS of UD: none
-/// beyond the state; RTR / RTS of a connection: from the connection's record).
+/// beyond the state; RTR / RTS of a connection: exactly those the device's CM moves its
+/// own QPs with, once the peer's QP is known).
 #[no_mangle]
 pub unsafe extern "C" fn sv_rdma_init_qp_attr(
     id: *mut RdmaCmId,
@@ -381,38 +384,23 @@ pub unsafe extern "C" fn sv_rdma_init_qp_attr(
         return 0;
     }
     let st = inner.state.lock();
-    let info = match (&st.dev, st.core) {
-        (Some(dev), Some(core)) => dev.service.info(core),
+    let attrs = match (&st.dev, st.core) {
+        (Some(dev), Some(core)) => dev.service.qp_attrs(core),
         _ => None,
     };
-    let Some(info) = info else {
-        return super::fail(libc::EINVAL);
-    };
-    let mut a = IbvQpAttr {
-        qp_state: state,
-        ..IbvQpAttr::default()
-    };
-    match state {
-        QPS_RTR => {
-            a.path_mtu = 3;
-            a.dest_qp_num = info.remote_qpn;
-            a.rq_psn = info.rq_psn;
-            a.max_dest_rd_atomic = st.offered.initiator_depth.max(1);
-            a.ah_attr = super::event::ah_attr_to(info.peer);
-            // STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER
-            *mask = 1 | (1 << 7) | (1 << 8) | (1 << 20) | (1 << 12) | (1 << 17) | (1 << 15);
-        }
-        QPS_RTS => {
-            a.sq_psn = info.sq_psn;
-            a.timeout = st.ack_timeout.unwrap_or(19);
-            a.retry_cnt = 7;
-            a.rnr_retry = 7;
-            a.max_rd_atomic = st.offered.responder_resources.max(1);
-            // STATE | SQ_PSN | TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_QP_RD_ATOMIC
-            *mask = 1 | (1 << 16) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 13);
-        }
+    drop(st);
+    // SAFETY: live id: its QP number, for the request (the number itself is not used).
+    let qpn = unsafe { (*id).qp.as_ref() }.map_or(0, |q| q.qp_num);
+    let request = match (state, attrs) {
+        (QPS_RTR, Some((rtr, _))) => QpRequest::Rtr { qpn, attrs: rtr },
+        (QPS_RTS, Some((_, rts))) => QpRequest::Rts { qpn, attrs: rts },
+        // Before the peer's QP is known, or another state: nothing to give.
         _ => return super::fail(libc::EINVAL),
-    }
+    };
+    // Exactly what the CM moves a QP of its own with.
+    let (_, qp_attr, qp_mask) = qp_moves::attr_and_mask(&request);
+    let a = IbvQpAttr::from(&qp_attr);
+    *mask = qp_mask.0 as i32;
     *attr = a;
     0
 }
