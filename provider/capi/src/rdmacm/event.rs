@@ -223,20 +223,15 @@ fn child(
     offered: Offered,
     via: Option<std::net::IpAddr>,
 ) -> Option<Arc<IdInner>> {
-    let channel = if listener.sync {
+    let sync = listener.is_sync();
+    let channel = if sync {
         channel::private().ok()?
     } else {
         listener.channel.lock().clone()
     };
     // SAFETY: the listener is live (not destroyed, checked by the caller).
     let context = unsafe { (*listener.c_id()).context };
-    let child = new_id(
-        channel,
-        listener.sync,
-        context,
-        listener.ps,
-        Phase::Requested,
-    );
+    let child = new_id(channel, sync, context, listener.ps, Phase::Requested);
     let parent = listener.state.lock();
     let dev = match via {
         Some(ip) if !parent.wildcard.is_empty() => {

@@ -94,8 +94,9 @@ pub struct IdInner {
     memory_freed: AtomicBool,
     /// The channel its events go to.
     pub channel: Mutex<Arc<SvEventChannel>>,
-    /// Created without a channel: its calls wait for their own events.
-    pub sync: bool,
+    /// Synchronous (created or migrated without a channel): its calls wait for their own
+    /// events on its private channel.
+    sync: AtomicBool,
     pub state: Mutex<IdState>,
     /// A listener's request ids, by core id, until each gets its own route.
     pub children: Mutex<HashMap<u32, Weak<IdInner>>>,
@@ -156,6 +157,11 @@ impl IdInner {
         channel.queue.push_if(raw, |_, _| true);
     }
 
+    /// True while the id is synchronous.
+    pub fn is_sync(&self) -> bool {
+        self.sync.load(Ordering::SeqCst)
+    }
+
     /// The `rdma_cm_id` C holds.
     pub fn c_id(&self) -> *mut RdmaCmId {
         self.ptr.load(Ordering::Acquire) as *mut RdmaCmId
@@ -209,7 +215,7 @@ pub fn new_id(
         ptr: AtomicUsize::new(0),
         memory_freed: AtomicBool::new(false),
         channel: Mutex::new(channel),
-        sync,
+        sync: AtomicBool::new(sync),
         state: Mutex::new(IdState {
             phase,
             dev: None,
@@ -413,7 +419,7 @@ pub unsafe extern "C" fn sv_rdma_destroy_id(id: *mut RdmaCmId) -> i32 {
         // SAFETY: an event this library handed out for the id.
         unsafe { channel::sv_rdma_ack_cm_event(held) };
     }
-    if inner.sync {
+    if inner.is_sync() {
         let ch = inner.channel.lock().clone();
         ch.retire();
     }
@@ -434,7 +440,8 @@ pub fn free_if_done(inner: &Arc<IdInner>) {
 }
 
 /// `rdma_migrate_id`: the id's events (those waiting included) go to `channel` from now
-/// on; NULL makes the id synchronous on a private channel.
+/// on, and the id is asynchronous; NULL makes it synchronous on a private channel. A
+/// synchronous id's held event is acknowledged and its private channel retired.
 #[no_mangle]
 pub unsafe extern "C" fn sv_rdma_migrate_id(
     id: *mut RdmaCmId,
@@ -457,6 +464,15 @@ pub unsafe extern "C" fn sv_rdma_migrate_id(
         }
     };
     let old = std::mem::replace(&mut *inner.channel.lock(), target.clone());
+    let was_sync = inner.sync.swap(channel.is_null(), Ordering::SeqCst);
+    if was_sync {
+        // SAFETY: live id: the event it holds is one this library handed out for it.
+        let held = unsafe { std::mem::replace(&mut (*id).event, std::ptr::null_mut()) };
+        if !held.is_null() {
+            // SAFETY: as above.
+            unsafe { channel::sv_rdma_ack_cm_event(held) };
+        }
+    }
     if Arc::ptr_eq(&old, &target) {
         return 0;
     }
@@ -473,6 +489,9 @@ pub unsafe extern "C" fn sv_rdma_migrate_id(
     });
     for e in moved {
         target.queue.push_if(e, |_, _| true);
+    }
+    if was_sync {
+        old.retire();
     }
     // SAFETY: live id: the library's own field.
     unsafe { (*id).channel = target.c_channel() };

@@ -12,7 +12,7 @@ use super::id::IdInner;
 /// For a synchronous id, waits for the event of the operation just started; 0 at once for
 /// an asynchronous one.
 pub fn complete(inner: &Arc<IdInner>) -> i32 {
-    if !inner.sync {
+    if !inner.is_sync() {
         return 0;
     }
     let id = inner.c_id();
