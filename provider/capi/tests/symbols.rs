@@ -1,7 +1,7 @@
-//! The symbol test: every symbol@version of rdma-core 44's libibverbs is exported by the
-//! drop-in with the same default / compat binding (from the committed list, and from the
-//! system's libibverbs.so.1 when it is installed), and so is every one of the nodes newer
-//! releases added (symbols/libibverbs-newer.symbols).
+//! The symbol test: every symbol@version of rdma-core 44's libibverbs and librdmacm is
+//! exported by the drop-in with the same default / compat binding (from the committed
+//! lists, and from the system's libibverbs.so.1 / librdmacm.so.1 when they are installed),
+//! and so is every one of the nodes newer releases added (symbols/libibverbs-newer.symbols).
 
 mod common;
 
@@ -10,8 +10,9 @@ use std::path::Path;
 use std::process::Command;
 
 /// (name, version, default?) of every versioned dynamic symbol `objdump -T` lists in `lib`
-/// (the node-marker symbols left out), or None without objdump.
-fn exported(lib: &Path) -> Option<BTreeSet<(String, String, bool)>> {
+/// (the node-marker symbols left out) whose version starts with `prefix`, or None without
+/// objdump.
+fn exported_with(lib: &Path, prefix: &str) -> Option<BTreeSet<(String, String, bool)>> {
     let out = Command::new("objdump").arg("-T").arg(lib).output().ok()?;
     assert!(out.status.success(), "objdump -T {lib:?} failed");
     let mut set = BTreeSet::new();
@@ -23,12 +24,17 @@ fn exported(lib: &Path) -> Option<BTreeSet<(String, String, bool)>> {
         let (version, name) = (f[f.len() - 2], f[f.len() - 1]);
         let default = !version.starts_with('(');
         let version = version.trim_matches(|c| c == '(' || c == ')');
-        if !version.starts_with("IBVERBS_") || name == version {
+        if !version.starts_with(prefix) || name == version {
             continue;
         }
         set.insert((name.to_string(), version.to_string(), default));
     }
     Some(set)
+}
+
+/// The libibverbs symbols of `lib`.
+fn exported(lib: &Path) -> Option<BTreeSet<(String, String, bool)>> {
+    exported_with(lib, "IBVERBS_")
 }
 
 fn committed_list(text: &str) -> BTreeSet<(String, String, bool)> {
@@ -130,5 +136,29 @@ fn every_symbol_version_of_newer_releases_is_exported() {
         "IBVERBS_PRIVATE_65",
     ] {
         assert!(defined.contains(node), "{node} is not defined: {defined:?}");
+    }
+}
+
+#[test]
+fn every_rdma_core_44_librdmacm_symbol_version_is_exported() {
+    let Some(ours) = exported_with(&common::built_library(), "RDMACM_") else {
+        eprintln!("SKIPPED: objdump is not installed (apt-get install binutils)");
+        return;
+    };
+    let want = committed_list(include_str!("../symbols/librdmacm-44.symbols"));
+    assert_eq!(want.len(), 68, "the committed list of rdma-core 44's librdmacm");
+    let missing: Vec<_> = want.difference(&ours).collect();
+    assert!(missing.is_empty(), "not exported: {missing:?}");
+    assert_eq!(ours.len(), want.len(), "exported beyond the list: {ours:?}");
+    let system = Path::new("/usr/lib/x86_64-linux-gnu/librdmacm.so.1");
+    if system.exists() {
+        let theirs = exported_with(system, "RDMACM_").unwrap();
+        let missing: Vec<_> = theirs.difference(&ours).collect();
+        assert!(
+            missing.is_empty(),
+            "the system's librdmacm exports these, we do not: {missing:?}"
+        );
+    } else {
+        eprintln!("note: no system librdmacm.so.1 to compare with (apt-get install librdmacm1)");
     }
 }

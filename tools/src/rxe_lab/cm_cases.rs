@@ -326,7 +326,7 @@ fn join(handle: JoinHandle<Result<String, String>>) -> Result<String, String> {
 }
 
 /// A program running in the guest under `timeout`, its output collected.
-struct GuestProgram {
+pub(super) struct GuestProgram {
     child: Child,
     output: JoinHandle<String>,
     cmd: String,
@@ -335,7 +335,11 @@ struct GuestProgram {
 impl GuestProgram {
     /// Starts `cmd`; with `listen`, returns once the guest's rdma_cm shows it listening
     /// on that port space and port.
-    fn start(env: &LabEnv, cmd: &str, listen: Option<(&str, u16)>) -> Result<Self, String> {
+    pub(super) fn start(
+        env: &LabEnv,
+        cmd: &str,
+        listen: Option<(&str, u16)>,
+    ) -> Result<Self, String> {
         let run = format!("timeout {GUEST_LIFETIME_S} {cmd}");
         let script = match listen {
             Some((ps, port)) => format!(
@@ -367,7 +371,7 @@ impl GuestProgram {
 
     /// Waits (watchdog included) for the program; its output, or why it failed (a
     /// non-zero exit is a failure when `must_succeed`).
-    fn finish(mut self, env: &LabEnv, must_succeed: bool) -> Result<String, String> {
+    pub(super) fn finish(mut self, env: &LabEnv, must_succeed: bool) -> Result<String, String> {
         let waited = Watchdog::new(env).wait_exit(&mut self.child, WAIT, &self.cmd);
         let mut err = String::new();
         if let Some(mut stderr) = self.child.stderr.take() {

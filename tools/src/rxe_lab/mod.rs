@@ -7,6 +7,7 @@ mod capture_set;
 mod cm_cases;
 mod cm_peers;
 mod dropin_cases;
+mod dropin_cm_cases;
 mod error_cases;
 mod guest_pair;
 mod guest_peer;
@@ -401,6 +402,9 @@ fn run_case(
             }
             CaseKind::DropIn => dropin_cases::run(env, LAB_DEVICE, case.direction, case.mtu),
             CaseKind::Cm(cm) => cm_cases::run(env, LAB_DEVICE, cm, case.direction),
+            CaseKind::DropInCm(dropin) => {
+                dropin_cm_cases::run(env, LAB_DEVICE, dropin, case.direction)
+            }
             CaseKind::Pingpong(kind, size) => {
                 pingpong_cases::run(env, LAB_DEVICE, kind, case.direction, case.mtu, size)
             }

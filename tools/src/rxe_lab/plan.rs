@@ -8,6 +8,7 @@ use crate::ibv_pingpong::IbvKind;
 use crate::perf::TestKind;
 
 use super::cm_cases::CmCase;
+use super::dropin_cm_cases::DropInCm;
 use super::error_cases::ErrorCase;
 use super::perf_cases::{self, PerfTest};
 use super::perftest_cases::PerftestBw;
@@ -48,6 +49,9 @@ pub enum CaseKind {
     DropIn,
     /// The connection manager against the kernel's rdma_cm (cm_cases).
     Cm(CmCase),
+    /// Unmodified rdma_cm programs through the drop-in librdmacm.so.1 against the
+    /// kernel's (dropin_cm_cases).
+    DropInCm(DropInCm),
 }
 
 /// Every case at the path MTUs `mtus`, in table order.
@@ -115,6 +119,14 @@ pub fn full(mtus: &[u32]) -> Vec<Case> {
                 kind: CaseKind::Cm(cm),
             });
         }
+        for dropin in DropInCm::ALL {
+            cases.push(Case {
+                scenario: dropin.name(),
+                direction,
+                mtu: CM_PATH_MTU,
+                kind: CaseKind::DropInCm(dropin),
+            });
+        }
     }
     cases
 }
@@ -152,6 +164,7 @@ pub fn in_ci(case: &Case) -> bool {
             base && (case.mtu == BASE_MTU || *size <= case.mtu as usize + 1)
         }
         CaseKind::Cm(cm) => cm.in_ci(),
+        CaseKind::DropInCm(case) => case.in_ci(),
         _ => base,
     }
 }
@@ -210,7 +223,10 @@ mod tests {
             in_ci(c) && matches!(&c.kind, CaseKind::Perf(t) if t.sweep)
         });
         assert_eq!(sweeps, perf_cases::SWEEPS.len());
-        for c in all.iter().filter(|c| !matches!(c.kind, CaseKind::Cm(_))) {
+        for c in all
+            .iter()
+            .filter(|c| !matches!(c.kind, CaseKind::Cm(_) | CaseKind::DropInCm(_)))
+        {
             assert!(
                 ci.iter().any(|k| k.scenario == c.scenario),
                 "{} not in CI",
