@@ -62,6 +62,20 @@ impl DropInCm {
     pub fn in_ci(self) -> bool {
         matches!(self, DropInCm::Rping | DropInCm::Perftest("ib_send_bw"))
     }
+
+    /// The roles it runs in. perftest 4.5's `-R` client connects its data QP the moment
+    /// the exchange on its first connection ends, while its server only then opens the
+    /// listen for it: a client faster than the server gets the kernel's REJ "invalid
+    /// service ID" (8) for that REQ and perftest 4.5 then hangs (later perftest retries).
+    /// Against the lab's guest under TCG the drop-in client is always the faster one (the
+    /// captures show the REJ 8 after the exchange), so perftest runs with the drop-in as
+    /// server only; rping, whose client connects once, runs in both roles.
+    pub fn directions(self) -> &'static [Direction] {
+        match self {
+            DropInCm::Rping => &Direction::BOTH,
+            DropInCm::Perftest(_) => &[Direction::RxeToSoftverbs],
+        }
+    }
 }
 
 /// Runs `case` with the host's program on the drop-in over `device`, in role `dir`.
@@ -102,8 +116,9 @@ pub fn run(env: &LabEnv, device: &str, case: DropInCm, dir: Direction) -> Result
     };
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut host = Command::new(exe);
+    // Line-buffered, so that perftest's "waiting" line comes while it waits.
     host.env(softverbs_emu::engine::DEVICES_ENV, env.device_spec(device))
-        .args(["run", "--", program])
+        .args(["run", "--", "stdbuf", "-oL", program])
         .args(host_args.split(' '))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -119,7 +119,10 @@ pub fn full(mtus: &[u32]) -> Vec<Case> {
                 kind: CaseKind::Cm(cm),
             });
         }
-        for dropin in DropInCm::ALL {
+        for dropin in DropInCm::ALL
+            .into_iter()
+            .filter(|c| c.directions().contains(&direction))
+        {
             cases.push(Case {
                 scenario: dropin.name(),
                 direction,
