@@ -27,8 +27,9 @@ const RPING_SIZE: usize = 1000;
 const PERFTEST_ITERS: u32 = 500;
 /// Longest wait for the host's program (the watchdog fails a stalled one sooner).
 const WAIT: Duration = Duration::from_secs(100);
-/// What perftest prints once its rdma_cm server listens.
-const PERFTEST_LISTENING: &str = " Waiting for client rdma_cm QP to connect";
+/// What perftest's `-R` server prints as it starts listening (the listen follows within
+/// its start-up; the case gives it a second more).
+const PERFTEST_LISTENING: &str = "* Waiting for client to connect... *";
 
 /// One drop-in rdma_cm scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,11 +139,15 @@ pub fn run(env: &LabEnv, device: &str, case: DropInCm, dir: Direction) -> Result
                 std::thread::sleep(Duration::from_secs(2));
                 true
             }
-            DropInCm::Perftest(_) => wait_for_line(
-                &rx,
-                PERFTEST_LISTENING,
-                Instant::now() + Duration::from_secs(30),
-            ),
+            DropInCm::Perftest(_) => {
+                let seen = wait_for_line(
+                    &rx,
+                    PERFTEST_LISTENING,
+                    Instant::now() + Duration::from_secs(30),
+                );
+                std::thread::sleep(Duration::from_secs(1));
+                seen
+            }
         };
         if !listening {
             let _ = host.kill();
