@@ -99,6 +99,26 @@ impl CmService {
         })
     }
 
+    /// rdma_destroy_id of an id's connection or SIDR request in `space`: [`Self::destroy`]
+    /// or [`Self::sidr_destroy`].
+    pub fn destroy_in(&self, space: PortSpace, id: CmId) -> Result<(), CmError> {
+        match space {
+            PortSpace::Udp => self.sidr_destroy(id),
+            _ => self.destroy(id),
+        }
+    }
+
+    /// Ends a request that reached a listener destroyed before the application took it:
+    /// a SIDR reject (UDP space) or a REJ, and the core forgets it.
+    pub fn end_untaken_request(&self, space: PortSpace, id: CmId) {
+        let _ = match space {
+            PortSpace::Udp => self
+                .sidr_reject(id, &[])
+                .and_then(|()| self.sidr_destroy(id)),
+            _ => self.destroy(id),
+        };
+    }
+
     /// Routes the events of `id` to `sink` from now on (rdma_migrate_id, or a request's
     /// new id getting its own sink).
     pub fn reroute(&self, id: CmId, sink: Arc<dyn CmEventSink>) {

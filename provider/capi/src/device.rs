@@ -222,10 +222,12 @@ pub(crate) unsafe extern "C" fn sv_query_device_ex(
     unsafe {
         std::ptr::write_bytes(attr as *mut u8, 0, attr_size);
         (attr as *mut IbvDeviceAttr).write(a);
-        // device_cap_flags_ex repeats the basic flags in its low 32 bits.
+        // device_cap_flags_ex repeats the basic flags in its low 32 bits; above them, what
+        // the emulator executes of the kernel's extended flags, as rxe advertises them
+        // (librpma uses native ATOMIC WRITE and FLUSH where a device has them).
         if attr_size >= DEVICE_ATTR_EX_CAP_FLAGS_EX + 8 {
             ((attr as *mut u8).add(DEVICE_ATTR_EX_CAP_FLAGS_EX) as *mut u64)
-                .write_unaligned(a.device_cap_flags as u64);
+                .write_unaligned(a.device_cap_flags as u64 | EXTENDED_CAPS);
         }
         if attr_size >= DEVICE_ATTR_EX_SIZE {
             ((attr as *mut u8).add(DEVICE_ATTR_EX_PHYS_PORT_CNT) as *mut u32)
@@ -234,6 +236,11 @@ pub(crate) unsafe extern "C" fn sv_query_device_ex(
     }
     0
 }
+
+/// IB_UVERBS_DEVICE_FLUSH_GLOBAL | _FLUSH_PERSISTENT | _ATOMIC_WRITE (the kernel's
+/// ib_user_ioctl_verbs.h, bits 38-40 of device_cap_flags_ex; newer than Debian 12's
+/// headers): the emulator executes FLUSH of both types and ATOMIC WRITE.
+pub const EXTENDED_CAPS: u64 = (1 << 38) | (1 << 39) | (1 << 40);
 
 /// `ibv_query_port` as exported (the old entry point; verbs.h calls the extended one).
 #[no_mangle]

@@ -146,7 +146,11 @@ fn every_rdma_core_44_librdmacm_symbol_version_is_exported() {
         return;
     };
     let want = committed_list(include_str!("../symbols/librdmacm-44.symbols"));
-    assert_eq!(want.len(), 68, "the committed list of rdma-core 44's librdmacm");
+    assert_eq!(
+        want.len(),
+        68,
+        "the committed list of rdma-core 44's librdmacm"
+    );
     let missing: Vec<_> = want.difference(&ours).collect();
     assert!(missing.is_empty(), "not exported: {missing:?}");
     assert_eq!(ours.len(), want.len(), "exported beyond the list: {ours:?}");

@@ -146,10 +146,7 @@ impl IdShared {
             return;
         };
         if let Some(core) = st.core.take() {
-            let _ = match self.ps {
-                PortSpace::Udp => dev.service.sidr_destroy(core),
-                _ => dev.service.destroy(core),
-            };
+            let _ = dev.service.destroy_in(self.ps, core);
         }
         if let Some(local) = st.local {
             if was == Phase::Listening {
@@ -192,13 +189,7 @@ impl IdShared {
             let Some(dev) = device(via) else {
                 continue;
             };
-            let _ = match self.ps {
-                PortSpace::Udp => dev
-                    .service
-                    .sidr_reject(core, &[])
-                    .and_then(|()| dev.service.sidr_destroy(core)),
-                _ => dev.service.destroy(core),
-            };
+            dev.service.end_untaken_request(self.ps, core);
         }
     }
 

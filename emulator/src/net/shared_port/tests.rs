@@ -253,13 +253,26 @@ mod shared_links {
             jf: 0,
             k: 0,
         }];
-        crate::net::shared_port::attach_reuseport_cbpf(a.link.socket_for_tests(), &everything_to_a)
-            .unwrap();
         let tx = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
-        tx.send_to(&bth(2 << 16 | 7), SocketAddr::new(ip, port))
+        let forwarded = || a.link.counters().forwarded_out.load(Ordering::Relaxed);
+        // A member that has just joined may still publish its own program (its probe
+        // round), replacing ours; then the kernel steers right and nothing is forwarded.
+        // Attach again until one datagram went the wrong way (seen once in a loaded run).
+        for _ in 0..5 {
+            crate::net::shared_port::attach_reuseport_cbpf(
+                a.link.socket_for_tests(),
+                &everything_to_a,
+            )
             .unwrap();
-        assert_eq!(b.next(), Some(2 << 16 | 7), "b gets its datagram through a");
-        assert_eq!(a.link.counters().forwarded_out.load(Ordering::Relaxed), 1);
+            let before = forwarded();
+            tx.send_to(&bth(2 << 16 | 7), SocketAddr::new(ip, port))
+                .unwrap();
+            assert_eq!(b.next(), Some(2 << 16 | 7), "b gets its datagram");
+            if forwarded() > before {
+                break;
+            }
+        }
+        assert_eq!(forwarded(), 1, "one datagram reached b through a");
         assert_eq!(b.link.counters().forwarded_in.load(Ordering::Relaxed), 1);
         assert!(a.got.try_recv().is_err(), "a kept nothing");
     }

@@ -301,10 +301,7 @@ impl IdInner {
             std::mem::take(&mut st.wildcard)
         };
         if let (Some(core), Some(dev)) = (st.core.take(), st.dev.as_ref()) {
-            let _ = match self.ps {
-                PortSpace::Udp => dev.service.sidr_destroy(core),
-                _ => dev.service.destroy(core),
-            };
+            let _ = dev.service.destroy_in(self.ps, core);
         }
         if let Some(port) = port {
             for dev in &devices {
@@ -350,13 +347,7 @@ impl IdInner {
             let Some(dev) = dev else {
                 continue;
             };
-            let _ = match self.ps {
-                PortSpace::Udp => dev
-                    .service
-                    .sidr_reject(core, &[])
-                    .and_then(|()| dev.service.sidr_destroy(core)),
-                _ => dev.service.destroy(core),
-            };
+            dev.service.end_untaken_request(self.ps, core);
         }
     }
 }

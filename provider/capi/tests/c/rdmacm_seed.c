@@ -145,6 +145,12 @@ static int client(const char *addr, const char *port, const char *src) {
     struct rdma_cm_id *id;
     CHECK(rdma_create_ep(&id, res, NULL, &attr) == 0, "rdma_create_ep: %m");
     CHECK(attr.cap.max_inline_data >= INLINE_LEN, "max_inline_data %u", attr.cap.max_inline_data);
+    /* The device says it executes FLUSH (global, persistent) and ATOMIC WRITE, as rxe:
+     * the kernel's IB_UVERBS_DEVICE_* bits 38-40 of device_cap_flags_ex. */
+    struct ibv_device_attr_ex dx;
+    CHECK(ibv_query_device_ex(id->verbs, NULL, &dx) == 0, "ibv_query_device_ex");
+    CHECK(((dx.device_cap_flags_ex >> 38) & 7) == 7, "device_cap_flags_ex %#llx",
+          (unsigned long long)dx.device_cap_flags_ex);
     struct rdma_conn_param cp;
     memset(&cp, 0, sizeof cp);
     cp.private_data = "hello";
