@@ -28,8 +28,8 @@
  * Then the client sends a last message (DONE); on it the server checks the client's slice
  * byte by byte (its write, the untouched gap, the atomic word, the untouched tail) and sends
  * the client an acknowledgement (the client posted a receive with rpma_conn_req_recv before
- * connecting). The client disconnects after the acknowledgement; the server, as librpma(7)
- * tells a server, waits for RPMA_CONN_CLOSED, then disconnects and deletes the connection.
+ * connecting). The server disconnects once the acknowledgement's send completed, the client
+ * after it sees the connection closed; each side deletes its connection once it is closed.
  *
  * Every completion is checked: status IBV_WC_SUCCESS, opcode, wr_id (the op_context).
  * Every wait is bounded: the event/completion file descriptors are made non-blocking (as
@@ -444,6 +444,10 @@ static int server(const char *addr, const char *port, unsigned nconn) {
         check_wc(&swc, send_ctx, IBV_WC_SEND, IBV_WC_SEND, "acknowledgement send");
         CHECK(swc.qp_num == s->qp_num, "ack send: qp_num %u, expected %u", swc.qp_num,
               s->qp_num);
+        /* The server disconnects first, once the acknowledgement is acknowledged: a client
+         * disconnecting as soon as it has the message could have its DREQ move this QP to
+         * ERR before the transport's ACK of that SEND arrives (flushing a delivered send). */
+        RPMA(rpma_conn_disconnect(s->conn));
         s->done = 1;
         acked++;
         printf("server: client %u's %d messages and slice verified\n", h.id, K);
@@ -475,12 +479,11 @@ static int server(const char *addr, const char *port, unsigned nconn) {
               bad - 1);
     }
 
-    /* the clients disconnect after the ack: wait for that, then disconnect and delete */
+    /* each connection was disconnected after its ack: wait for it to close, then delete */
     for (unsigned c = 0; c < nconn; c++) {
         char what[64];
         snprintf(what, sizeof what, "client %u's connection closed", sc[c].id);
         expect_conn_event(sc[c].conn, sc[c].ev_fd, RPMA_CONN_CLOSED, what);
-        RPMA(rpma_conn_disconnect(sc[c].conn));
         RPMA(rpma_conn_delete(&sc[c].conn));
         CHECK(sc[c].conn == NULL, "rpma_conn_delete did not clear the pointer");
     }
@@ -682,9 +685,9 @@ static int client(const char *addr, const char *port, unsigned id) {
               "opcode %d)", ret, (unsigned long long)extra.wr_id, extra.opcode);
     }
 
-    /* 7. disconnect (librpma(7)'s client order) */
+    /* 7. the server disconnects once its acknowledgement completed; then ours */
+    expect_conn_event(conn, ev_fd, RPMA_CONN_CLOSED, "the server's disconnect");
     RPMA(rpma_conn_disconnect(conn));
-    expect_conn_event(conn, ev_fd, RPMA_CONN_CLOSED, "the connection closed");
     RPMA(rpma_conn_delete(&conn));
     RPMA(rpma_mr_remote_delete(&remote));
     RPMA(rpma_conn_cfg_delete(&cfg));
