@@ -139,14 +139,21 @@ fn disconnect_from(side: usize) {
         assert_eq!(c.connections_created, c.connections_freed);
     }
     // Time-wait is the path's ACK timeout (19: 2^(19-8) ms), counted from the DREP.
-    let exit = w.nodes[side]
+    assert_eq!(
+        timewait_exit_ns(&w, side),
+        t0 + 2 * LATENCY_NS + timing::iba_time_ns(19)
+    );
+}
+
+/// When node `node` reported TIMEWAIT_EXIT.
+fn timewait_exit_ns(w: &World, node: usize) -> u64 {
+    w.nodes[node]
         .log
         .events
         .iter()
         .find(|(_, e)| e.kind == CmEventKind::TimewaitExit)
-        .unwrap()
-        .0;
-    assert_eq!(exit, t0 + 2 * LATENCY_NS + timing::iba_time_ns(19));
+        .expect("a TIMEWAIT_EXIT")
+        .0
 }
 
 #[test]
@@ -277,14 +284,10 @@ fn a_dreq_to_a_peer_that_lost_the_connection_gets_a_drep_at_once() {
         "{kinds:?}"
     );
     // One round trip, no DREQ resent (the kernel's cm_issue_drep behaviour).
-    let exit = w.nodes[0]
-        .log
-        .events
-        .iter()
-        .find(|(_, e)| e.kind == CmEventKind::TimewaitExit)
-        .unwrap()
-        .0;
-    assert_eq!(exit, t0 + 2 * LATENCY_NS + timing::iba_time_ns(19));
+    assert_eq!(
+        timewait_exit_ns(&w, 0),
+        t0 + 2 * LATENCY_NS + timing::iba_time_ns(19)
+    );
     assert_eq!(w.nodes[0].cm.counters().retransmits, 0);
     let c = w.nodes[1].cm.counters();
     assert_eq!((c.dreps_for_unknown, c.unmatched), (1, 1));

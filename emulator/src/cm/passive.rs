@@ -226,10 +226,9 @@ impl CmManager {
             c.tid,
             c.timeout_ns,
         );
-        if !p.manual_qp {
-            self.modify_qp(id.0, QpRequest::Rtr { qpn, attrs: rtr });
-            self.modify_qp(id.0, QpRequest::Rts { qpn, attrs: rts });
-        }
+        // Nothing goes out for a QP the application moves itself (`modify_qp`).
+        self.modify_qp(id.0, QpRequest::Rtr { qpn, attrs: rtr });
+        self.modify_qp(id.0, QpRequest::Rts { qpn, attrs: rts });
         let bytes = self.send(peer, &CmMad::send(tid, CmMessage::Rep(rep)));
         self.conn_mut(id)?.arm(now_ns, timeout, bytes);
         Ok(())

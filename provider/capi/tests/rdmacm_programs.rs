@@ -123,7 +123,13 @@ fn ucmatose_runs_several_connections() {
         "-C",
         "20",
     ]);
-    let (server_out, client_out) = run_pair(&ucmatose, 42, &server, &client, LIMIT);
+    run_exchange(&ucmatose, 42, &server, &client);
+}
+
+/// ucmatose and udaddy (one family of rdmacm-utils): server and client must each report
+/// their transfers complete and return status 0.
+fn run_exchange(program: &std::path::Path, slot: u8, server: &[String], client: &[String]) {
+    let (server_out, client_out) = run_pair(program, slot, server, client, LIMIT);
     for out in [&server_out, &client_out] {
         assert!(out.contains("data transfers complete"), "{out}");
         assert!(out.contains("return status 0"), "{out}");
@@ -146,11 +152,7 @@ fn udaddy_resolves_through_sidr_and_exchanges_datagrams() {
         "-C",
         "10",
     ]);
-    let (server_out, client_out) = run_pair(&udaddy, 43, &server, &client, LIMIT);
-    for out in [&server_out, &client_out] {
-        assert!(out.contains("data transfers complete"), "{out}");
-        assert!(out.contains("return status 0"), "{out}");
-    }
+    run_exchange(&udaddy, 43, &server, &client);
 }
 
 #[test]

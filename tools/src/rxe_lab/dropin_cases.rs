@@ -127,12 +127,14 @@ pub fn run(env: &LabEnv, device: &str, dir: Direction, mtu: u32) -> Result<Strin
     }
 }
 
-fn output(child: Child) -> Result<String, String> {
+/// A finished program's stdout and stderr (what its pipes still hold).
+pub(super) fn output(child: Child) -> Result<String, String> {
     let out = child.wait_with_output().map_err(|e| e.to_string())?;
     Ok(String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr))
 }
 
-fn last_lines(text: &str) -> String {
+/// The last lines of a program's output, for an error message.
+pub(super) fn last_lines(text: &str) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(3)..].join(" / ")
 }

@@ -7,10 +7,11 @@
 //! The direction names the active side, as in cm_cases: `SoftverbsToRxe` = the host's
 //! program is the client.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::cm_cases::GuestProgram;
+use super::dropin_cases::{last_lines, output};
 use super::lab_env::LabEnv;
 use super::line_tap::{tap_lines, wait_for_line};
 use super::scenario::Direction;
@@ -83,17 +84,15 @@ impl DropInCm {
 pub fn run(env: &LabEnv, device: &str, case: DropInCm, dir: Direction) -> Result<String, String> {
     let (host_ip, guest_ip) = (env.host_ip.to_string(), env.guest_ip.to_string());
     let client = dir == Direction::SoftverbsToRxe;
-    let (program, flags, listening_ps, port) = match case {
+    let (program, flags, port) = match case {
         DropInCm::Rping => (
             "rping",
             format!("-C {RPING_COUNT} -S {RPING_SIZE} -p {RPING_PORT} -V -v"),
-            "TCP",
             RPING_PORT,
         ),
         DropInCm::Perftest(program) => (
             program,
             format!("-R -p {PERFTEST_PORT} -n {PERFTEST_ITERS} -F"),
-            "TCP",
             PERFTEST_PORT,
         ),
     };
@@ -125,7 +124,7 @@ pub fn run(env: &LabEnv, device: &str, case: DropInCm, dir: Direction) -> Result
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let (mut host, host_lines, guest) = if client {
-        let guest = GuestProgram::start(env, &guest_cmd, Some((listening_ps, port)))?;
+        let guest = GuestProgram::start(env, &guest_cmd, Some(("TCP", port)))?;
         let mut host = host.spawn().map_err(|e| format!("softverbs run: {e}"))?;
         let (_, lines) = tap_lines(host.stdout.take().ok_or("no host stdout")?);
         (host, lines, guest)
@@ -159,7 +158,8 @@ pub fn run(env: &LabEnv, device: &str, case: DropInCm, dir: Direction) -> Result
     let host_status =
         Watchdog::new(env).wait_exit(&mut host, WAIT, &format!("{program} on the drop-in"));
     let guest_out = guest.finish(env, true);
-    let host_text = host_lines.join().unwrap_or_default() + &stderr_of(host);
+    // stdout went to the line tap: what remains is stderr.
+    let host_text = host_lines.join().unwrap_or_default() + &output(host).unwrap_or_default();
     let host_status = host_status?;
     let guest_out = guest_out?;
     if !host_status.success() {
@@ -206,16 +206,4 @@ pub fn run(env: &LabEnv, device: &str, case: DropInCm, dir: Direction) -> Result
             ))
         }
     }
-}
-
-fn stderr_of(child: Child) -> String {
-    child
-        .wait_with_output()
-        .map(|o| String::from_utf8_lossy(&o.stderr).to_string())
-        .unwrap_or_default()
-}
-
-fn last_lines(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(3)..].join(" / ")
 }

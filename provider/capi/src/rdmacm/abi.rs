@@ -14,6 +14,9 @@ pub const RDMA_PS_TCP: u32 = 0x0106;
 pub const RDMA_PS_UDP: u32 = 0x0111;
 pub const RDMA_PS_IB: u32 = 0x013F;
 
+/// The Q_Key rdma_cm gives UD QPs of the UDP port space.
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+
 /// `rdma_addrinfo.ai_flags` bits.
 pub const RAI_PASSIVE: i32 = 1;
 pub const RAI_NUMERICHOST: i32 = 2;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::abi::*;
 use super::devices::{self, canonical, CmDevice};
-use super::id::{live_id, IdInner, IdState, Phase};
+use super::shared::{live_id, IdInner, IdState, Phase};
 use super::sockaddr;
 use super::sync::complete;
 

@@ -1,122 +1,19 @@
-//! `rdma_event_channel`: a bounded queue with a real descriptor (the emulator's fd-backed
-//! event queue), `rdma_get_cm_event` and `rdma_ack_cm_event`. What a queued event becomes
-//! when read is `event`'s business.
+//! The calls on `rdma_event_channel` (its queue is `shared`'s): create, destroy,
+//! `rdma_get_cm_event` and `rdma_ack_cm_event`, and the release of a synchronous id's held
+//! event. What a queued event becomes when read is `event`'s business.
 
-use std::net::IpAddr;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
 use std::time::Duration;
-
-use softverbs_emu::cm::{CmEventKind as CoreKind, CmId as CoreId};
-use softverbs_emu::engine::event_queue::FdEventQueue;
 
 use super::abi::*;
 use super::event::{materialize, SvEvent};
-use super::id::{free_if_done, IdInner};
-use crate::handle::{is_live, register, unregister, Kind};
-
-/// Events a channel holds at most; later ones are lost, as a full kernel queue refuses
-/// them (the CM protocol resends what matters).
-pub const EVENT_CHANNEL_LIMIT: usize = 4096;
-
-/// An event as queued: for which id, and what.
-#[derive(Clone)]
-pub struct RawEvent {
-    pub target: Weak<IdInner>,
-    pub what: RawKind,
-}
-
-/// What a queued event is.
-#[derive(Clone)]
-pub enum RawKind {
-    /// Made by the library itself (address and route resolution).
-    Local { event: u32, status: i32 },
-    /// From the device's CM core; `via` names the device for a wildcard listener.
-    Core {
-        id: CoreId,
-        kind: CoreKind,
-        via: Option<IpAddr>,
-    },
-}
-
-/// The queue behind a channel.
-pub type Queue = FdEventQueue<RawEvent>;
-
-/// An event channel: the `rdma_event_channel` C sees (boxed apart so that its address
-/// is stable), and the queue.
-pub struct SvEventChannel {
-    c: *mut RdmaEventChannel,
-    pub queue: Queue,
-}
-
-// SAFETY: `c` is a heap object of the library's, written once at creation.
-unsafe impl Send for SvEventChannel {}
-// SAFETY: as above; the queue is thread-safe.
-unsafe impl Sync for SvEventChannel {}
-
-/// The channel objects handed to C, by address, so that `rdma_event_channel *` leads back
-/// to the shared channel.
-fn table() -> &'static parking_lot::Mutex<std::collections::HashMap<usize, Arc<SvEventChannel>>> {
-    static TABLE: std::sync::OnceLock<
-        parking_lot::Mutex<std::collections::HashMap<usize, Arc<SvEventChannel>>>,
-    > = std::sync::OnceLock::new();
-    TABLE.get_or_init(Default::default)
-}
-
-impl SvEventChannel {
-    /// The `rdma_event_channel` C holds.
-    pub fn c_channel(&self) -> *mut RdmaEventChannel {
-        self.c
-    }
-
-    /// Forgets a synchronous id's private channel (its descriptor closes with the last
-    /// reference).
-    pub fn retire(&self) {
-        if let Some(ch) = table().lock().remove(&(self.c as usize)) {
-            unregister(ch.c, Kind::CmChannel);
-        }
-    }
-}
-
-impl Drop for SvEventChannel {
-    fn drop(&mut self) {
-        // SAFETY: made by Box::into_raw in make() and freed only here.
-        drop(unsafe { Box::from_raw(self.c) });
-    }
-}
-
-fn make() -> Result<Arc<SvEventChannel>, i32> {
-    let queue =
-        FdEventQueue::new("CM event channel", EVENT_CHANNEL_LIMIT, ()).map_err(|e| e.errno())?;
-    // Blocking until the application sets O_NONBLOCK itself (see nonblocking()).
-    crate::channel::make_blocking(queue.fd());
-    let c = Box::into_raw(Box::new(RdmaEventChannel { fd: queue.fd() }));
-    let ch = Arc::new(SvEventChannel { c, queue });
-    table().lock().insert(c as usize, ch.clone());
-    register(c, Kind::CmChannel);
-    Ok(ch)
-}
-
-/// A synchronous id's private channel.
-pub fn private() -> Result<Arc<SvEventChannel>, i32> {
-    make()
-}
-
-/// The channel behind a live `rdma_event_channel`.
-///
-/// # Safety
-/// Any pointer; it is looked up in the table first.
-pub unsafe fn live(c: *mut RdmaEventChannel) -> Option<Arc<SvEventChannel>> {
-    if !is_live(c, Kind::CmChannel) {
-        return None;
-    }
-    table().lock().get(&(c as usize)).cloned()
-}
+use super::shared::{free_if_done, live, new_channel, SvEventChannel};
+use crate::handle::{register, unregister, Kind};
 
 /// `rdma_create_event_channel`.
 #[no_mangle]
 pub extern "C" fn sv_rdma_create_event_channel() -> *mut RdmaEventChannel {
-    match make() {
+    match new_channel() {
         Ok(ch) => ch.c_channel(),
         Err(e) => {
             crate::handle::set_errno(e);
@@ -198,4 +95,18 @@ pub unsafe extern "C" fn sv_rdma_ack_cm_event(event: *mut RdmaCmEvent) -> i32 {
     target.events_out.fetch_sub(1, Ordering::SeqCst);
     free_if_done(&target);
     0
+}
+
+/// Acknowledges the event a synchronous id holds in `id->event` (if any) and clears it.
+///
+/// # Safety
+/// `id` is an id of this library whose memory is still there (live, or destroyed with
+/// events outstanding).
+pub unsafe fn release_held_event(id: *mut RdmaCmId) {
+    // SAFETY: per the contract; the event field is the library's.
+    let held = unsafe { std::mem::replace(&mut (*id).event, std::ptr::null_mut()) };
+    if !held.is_null() {
+        // SAFETY: an event this library handed out for the id.
+        unsafe { sv_rdma_ack_cm_event(held) };
+    }
 }

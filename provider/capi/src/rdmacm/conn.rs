@@ -9,12 +9,9 @@ use softverbs_emu::wire::cm::PortSpace;
 use super::abi::*;
 use super::channel::{next_event, sv_rdma_ack_cm_event};
 use super::devices::CmDevice;
-use super::id::{live_id, Phase};
 use super::qp::create_qp_on;
+use super::shared::{live_id, Phase};
 use super::sync::complete;
-
-/// The Q_Key rdma_cm gives UD QPs of the UDP port space (RDMA_UDP_QKEY).
-pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 
 /// `rdma_conn_param` as the calls use it.
 struct Param {

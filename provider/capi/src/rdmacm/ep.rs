@@ -2,14 +2,14 @@
 //! system's getaddrinfo, addresses mapped to the emulated devices when the id binds),
 //! `rdma_create_ep` (a synchronous id bound, or resolved with a QP) and `rdma_destroy_ep`.
 
-use std::ffi::CStr;
 use std::net::SocketAddr;
 use std::os::raw::c_char;
 
 use super::abi::*;
 use super::addr::{sv_rdma_bind_addr, sv_rdma_resolve_addr, sv_rdma_resolve_route};
-use super::id::{live_id, sv_rdma_create_id, sv_rdma_destroy_id, EpQpAttr};
+use super::id::{sv_rdma_create_id, sv_rdma_destroy_id};
 use super::qp::{ex_attr, sv_rdma_create_qp, sv_rdma_destroy_qp, sv_rdma_destroy_srq};
+use super::shared::{live_id, EpQpAttr};
 use super::sockaddr;
 use crate::abi::{IbvPd, IbvQpInitAttr};
 
@@ -220,14 +220,4 @@ pub unsafe extern "C" fn sv_rdma_destroy_ep(id: *mut RdmaCmId) {
         sv_rdma_destroy_srq(id);
         sv_rdma_destroy_id(id);
     }
-}
-
-/// The name of a resolved address, for messages.
-#[allow(dead_code)]
-fn name(s: *const c_char) -> String {
-    if s.is_null() {
-        return String::new();
-    }
-    // SAFETY: a NUL-terminated string of the caller's.
-    unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
 }

@@ -9,8 +9,7 @@ use softverbs_emu::cm::{CmEventKind as CoreKind, CmId as CoreId};
 use softverbs_emu::wire::cm::PortSpace;
 
 use super::abi::*;
-use super::channel::{self, RawEvent, RawKind};
-use super::id::{new_id, IdInner, Offered, Phase};
+use super::shared::{new_channel, new_id, IdInner, Offered, Phase, RawEvent, RawKind};
 use super::sockaddr;
 use crate::abi::IbvAhAttr;
 
@@ -225,7 +224,7 @@ fn child(
 ) -> Option<Arc<IdInner>> {
     let sync = listener.is_sync();
     let channel = if sync {
-        channel::private().ok()?
+        new_channel().ok()?
     } else {
         listener.channel.lock().clone()
     };

@@ -8,7 +8,7 @@ use std::os::raw::c_char;
 use super::abi::*;
 use super::conn::sv_rdma_reject;
 use super::devices;
-use super::id::live_id;
+use super::shared::live_id;
 use crate::abi::IbvContext;
 
 macro_rules! cstr {
@@ -51,9 +51,9 @@ const ID_ACK_TIMEOUT: i32 = 3;
 const IB_PATH: i32 = 1;
 
 /// `rdma_set_option`: the kernel's options with its length checks (EINVAL for a wrong
-/// length, ENOSYS for an unknown option). TOS and the ACK timeout are kept; REUSEADDR and
-/// AFONLY are accepted (ports are per device here); IB path records are for IB, not RoCE:
-/// EOPNOTSUPP.
+/// length, ENOSYS for an unknown option). The ACK timeout reaches the QP; TOS, REUSEADDR
+/// and AFONLY are accepted (no use on emulated paths; ports are per device here); IB path
+/// records are for IB, not RoCE: EOPNOTSUPP.
 #[no_mangle]
 pub unsafe extern "C" fn sv_rdma_set_option(
     id: *mut RdmaCmId,
@@ -77,10 +77,8 @@ pub unsafe extern "C" fn sv_rdma_set_option(
         (OPTION_ID, ID_TOS) | (OPTION_ID, ID_ACK_TIMEOUT) if optlen != 1 => {
             super::fail(libc::EINVAL)
         }
-        (OPTION_ID, ID_TOS) => {
-            inner.state.lock().tos = read_u8();
-            0
-        }
+        // The type of service has no use on emulated paths: accepted.
+        (OPTION_ID, ID_TOS) => 0,
         (OPTION_ID, ID_ACK_TIMEOUT) => {
             inner.state.lock().ack_timeout = Some(read_u8().min(31));
             0

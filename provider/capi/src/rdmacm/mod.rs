@@ -6,8 +6,9 @@
 //! rdma_verbs.h (rdma_post_send, rdma_get_send_comp, ...) work through them.
 //!
 //! Files: `abi` (the rdma_cma.h structures), `devices` (the devices ids bind to, opened
-//! once each), `sockaddr`, `channel` (event channels, get/ack), `id` (the id's state, its
-//! sink, create/destroy/migrate), `event` (what a queued event becomes), `sync`
+//! once each), `sockaddr`, `shared` (the id's state and sink, the event channel's queue:
+//! the bottom), `channel` (event channel calls, get/ack), `id` (create/destroy/migrate),
+//! `event` (what a queued event becomes), `sync`
 //! (synchronous ids), `addr` (bind, resolve, listen), `conn` (connect, accept, reject,
 //! disconnect, get_request), `qp` (the id's QP, CQs and SRQ), `ep` (getaddrinfo,
 //! create_ep), `misc`. librdmacm's calls fail with -1 and errno.
@@ -22,6 +23,7 @@ mod event;
 mod id;
 mod misc;
 mod qp;
+mod shared;
 mod sockaddr;
 mod sync;
 

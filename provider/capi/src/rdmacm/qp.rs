@@ -11,8 +11,7 @@ use softverbs_emu::cm::QpRequest;
 use softverbs_emu::cm_service::qp_moves;
 
 use super::abi::*;
-use super::conn::RDMA_UDP_QKEY;
-use super::id::live_id;
+use super::shared::{live_id, qp_type_of};
 use crate::abi::{IbvPd, IbvQpInitAttr, IbvQpInitAttrEx, IbvSrqInitAttr, IbvSrqInitAttrEx};
 use crate::channel::{sv_ibv_create_comp_channel, sv_ibv_destroy_comp_channel};
 use crate::cq::{sv_ibv_create_cq, sv_ibv_destroy_cq};
@@ -162,7 +161,7 @@ pub unsafe fn create_qp_on(
         attr.srq = id_srq;
     }
     if attr.qp_type == 0 {
-        attr.qp_type = super::id::qp_type_of(inner.ps);
+        attr.qp_type = qp_type_of(inner.ps);
     }
     // SAFETY: live id bound to a device (verbs checked).
     let made_cqs = unsafe { make_cqs(id, attr) }?;

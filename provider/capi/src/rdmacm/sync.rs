@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use super::abi::*;
-use super::channel::{next_event, sv_rdma_ack_cm_event};
-use super::id::IdInner;
+use super::channel::{next_event, release_held_event};
+use super::shared::IdInner;
 
 /// For a synchronous id, waits for the event of the operation just started; 0 at once for
 /// an asynchronous one.
@@ -16,12 +16,8 @@ pub fn complete(inner: &Arc<IdInner>) -> i32 {
         return 0;
     }
     let id = inner.c_id();
-    // SAFETY: the id is live (the caller holds it); the event field is the library's.
-    let held = unsafe { std::mem::replace(&mut (*id).event, std::ptr::null_mut()) };
-    if !held.is_null() {
-        // SAFETY: an event this library handed out for the id.
-        unsafe { sv_rdma_ack_cm_event(held) };
-    }
+    // SAFETY: the id is live (the caller holds it).
+    unsafe { release_held_event(id) };
     let channel = inner.channel.lock().clone();
     let event = match next_event(&channel) {
         Ok(e) => e,
