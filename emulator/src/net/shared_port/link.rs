@@ -246,6 +246,48 @@ impl SharedLink {
         }
     }
 
+    /// True for a QP1 datagram (a MAD) this member sends to its own device.
+    fn is_mad_to_own_device(&self, packet: &OutPacket) -> bool {
+        let local = self.udp.local_addr();
+        packet.payload.is_none()
+            && packet.dst_ip == local.ip()
+            && packet.udp_dst_port == local.port()
+            && packet.bytes.get(5..8) == Some(&[0, 0, 1][..])
+    }
+
+    /// Sends a MAD to this device itself straight to the member it names (see `mad_route`),
+    /// through the forwarder; true if it went. Through the shared port the kernel's hash
+    /// hands every QP1 datagram to one member, and one that exits takes those it received
+    /// for others with it: a passive side's DREQ sent just before its process ends never
+    /// reached the active side (seen with pyverbs' rdmacm tests, both ends on one device).
+    /// A MAD that names no member (a request whose listener is not in the listen table
+    /// yet: its own CM may already listen) or a member gone meanwhile: false, and the port
+    /// takes it as before.
+    fn send_mad_to_own_device(&self, packet: &mut OutPacket) -> io::Result<bool> {
+        if !self.is_mad_to_own_device(packet) {
+            return Ok(false);
+        }
+        // The ICRC, as the UDP link writes it when it sends.
+        self.udp.finalize(packet)?;
+        let local = self.udp.local_addr();
+        let Some(slot) = self.qp1_owner(&packet.bytes) else {
+            return Ok(false);
+        };
+        // As the datagram would arrive through the port: from the port itself, with the
+        // IPv4 identification the UDP link computes the ICRC with.
+        let view = DatagramView {
+            src: local,
+            dst: local,
+            payload: &packet.bytes,
+            ipv4_identification: local.is_ipv4().then_some(0),
+        };
+        let sent = matches!(self.forwarder.forward(slot, view), Ok(true));
+        if sent && slot != self.slot() {
+            self.counters.forwarded_out.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(sent)
+    }
+
     /// The slot a QP1 datagram goes to (see `mad_route`): `None` (here) when it names no
     /// other live member.
     fn qp1_owner(&self, payload: &[u8]) -> Option<u8> {
@@ -336,7 +378,15 @@ impl Link for SharedLink {
     }
 
     fn send_batch(&self, packets: &mut [OutPacket]) -> io::Result<()> {
-        self.udp.send_batch(packets)
+        if !packets.iter().any(|p| self.is_mad_to_own_device(p)) {
+            return self.udp.send_batch(packets);
+        }
+        for p in packets.iter_mut() {
+            if !self.send_mad_to_own_device(p)? {
+                self.udp.send_batch(std::slice::from_mut(p))?;
+            }
+        }
+        Ok(())
     }
 
     fn send_batch_from(&self, packets: &mut [OutPacket], payloads: &[&[u8]]) -> io::Result<()> {

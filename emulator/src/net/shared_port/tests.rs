@@ -239,6 +239,59 @@ mod shared_links {
         assert_eq!(kept, [2 << 16 | 9], "one member's pipeline sees it, once");
     }
 
+    /// A REP (UD SEND ONLY to QP1, CM class) whose remote communication ID names `slot`.
+    fn rep_for_slot(slot: u8) -> Vec<u8> {
+        use crate::wire::cm::mad::{attr, MAD_HEADER_LEN, MGMT_CLASS_CM};
+        const MAD_AT: usize = 20; // BTH + DETH
+        let mut p = vec![0u8; MAD_AT + 256 + 4];
+        p[..12].copy_from_slice(&bth(1));
+        p[MAD_AT + 1] = MGMT_CLASS_CM;
+        p[MAD_AT + 16..MAD_AT + 18].copy_from_slice(&attr::REP.to_be_bytes());
+        let remote_id = u32::from(slot) << 24 | 0x00ab_cdef;
+        let at = MAD_AT + MAD_HEADER_LEN + 4;
+        p[at..at + 4].copy_from_slice(&remote_id.to_be_bytes());
+        p
+    }
+
+    #[test]
+    fn a_mad_to_the_own_device_goes_straight_to_its_owner_not_through_the_port() {
+        let ip = IpAddr::V4(Ipv4Addr::new(127, 29, 4, 1));
+        let port = free_port(ip);
+        let reg = scratch_registry("own-mad");
+        let mut a = Member::join(&reg, ip, port);
+        let b = Member::join(&reg, ip, port);
+        // Everything through the port goes to a, which no longer reads (as a process
+        // that sends its last MAD and exits): what reaches b came past the port.
+        let everything_to_a = [super::super::steering::BpfInsn {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        }];
+        crate::net::shared_port::attach_reuseport_cbpf(a.link.socket_for_tests(), &everything_to_a)
+            .unwrap();
+        a.stop.store(true, Ordering::Relaxed);
+        if let Some(p) = a.pump.take() {
+            p.join().unwrap();
+        }
+        let mut out = vec![crate::net::OutPacket {
+            dst_ip: ip,
+            udp_dst_port: port,
+            udp_src_port: 0xd872,
+            bytes: rep_for_slot(b.link.slot()),
+            payload: None,
+        }];
+        a.link.send_batch(&mut out).unwrap();
+        assert_eq!(b.next(), Some(1), "b gets the MAD for its slot");
+        assert_eq!(a.link.counters().forwarded_out.load(Ordering::Relaxed), 1);
+        assert_eq!(b.link.counters().forwarded_in.load(Ordering::Relaxed), 1);
+        let mut got = Vec::new();
+        a.link
+            .recv_ready(8, &mut |d| got.push(d.payload.to_vec()))
+            .unwrap();
+        assert!(got.is_empty(), "nothing went through the port to a");
+    }
+
     #[test]
     fn a_datagram_the_kernel_gives_the_wrong_member_is_forwarded_to_its_owner() {
         let ip = IpAddr::V4(Ipv4Addr::new(127, 29, 3, 1));
