@@ -320,6 +320,38 @@ fn err_then_reset_makes_the_qp_reusable() {
 }
 
 #[test]
+fn reset_takes_the_qps_completions_out_of_its_cqs_as_mlx5_does() {
+    let opts = RcConnectOptions::default();
+    let (a, b) = rc_pair(FILE, 10, 11, &SideConfig::default(), &opts);
+    let to = |s: QpState| QpAttr {
+        qp_state: s,
+        ..QpAttr::default()
+    };
+    // Two receives flushed by ERR and left unpolled, as after a failed round of traffic.
+    let wrs: Vec<RecvWr> = [31, 32]
+        .iter()
+        .map(|&wr_id| RecvWr {
+            wr_id,
+            sg_list: vec![b.recv_mr.sge(0, 64).unwrap()],
+        })
+        .collect();
+    b.qp.post_recv(&wrs).expect("post_recv");
+    b.qp.modify(&to(QpState::Err), QpAttrMask::STATE)
+        .expect("RTS -> ERR");
+    b.qp.modify(&to(QpState::Reset), QpAttrMask::STATE)
+        .expect("ERR -> RESET");
+    softverbs_conformance::assert_cq_empty(&b.recv_cq, "b recv CQ after RESET");
+    // The QP's completions after the RESET arrive as usual.
+    a.qp.modify(&to(QpState::Err), QpAttrMask::STATE)
+        .expect("RTS -> ERR");
+    a.qp.modify(&to(QpState::Reset), QpAttrMask::STATE)
+        .expect("ERR -> RESET");
+    connect_pair(&a, &b, 0x10_0000, 0x20_0000, &opts);
+    send_and_verify(&a, &b, 2000, 4);
+    send_and_verify(&b, &a, 100, 5);
+}
+
+#[test]
 fn query_qp_reports_the_current_psns_after_traffic() {
     let opts = RcConnectOptions::default(); // MTU 1024
     let cfg = SideConfig::default();

@@ -16,8 +16,8 @@ use softverbs_api::mw::{BindMwWr, MwBind, MwType};
 use softverbs_api::qp_transition::{validate_modify, ModifyLimits};
 use softverbs_api::{
     AccessFlags, AhAttr, AsyncElement, AsyncEvent, AsyncEventKind, DeviceAttr, GidEntry, PortAttr,
-    QpAttr, QpAttrMask, QpCap, QpInitAttr, RecvWr, SendWr, SrqAttr, SrqAttrMask, VerbsContext,
-    VerbsError, VerbsResult, WorkCompletion,
+    QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, RecvWr, SendWr, SrqAttr, SrqAttrMask,
+    VerbsContext, VerbsError, VerbsResult, WorkCompletion,
 };
 
 use super::async_events::AsyncEventQueue;
@@ -203,6 +203,20 @@ impl VerbsContext for EmuContext {
         self.dev().mem.deregister(lkey)
     }
 
+    /// In place: the keys stay (see `MrTable::reregister`).
+    fn rereg_mr(
+        &self,
+        lkey: u32,
+        pd: u32,
+        addr: u64,
+        length: u64,
+        access: AccessFlags,
+    ) -> VerbsResult<MrKeys> {
+        self.dev().check_opened_here()?;
+        self.dev().check_pd(pd)?;
+        self.dev().mem.reregister(lkey, pd, addr, length, access)
+    }
+
     fn create_cq(&self, cqe: u32, channel: Option<u32>) -> VerbsResult<(u32, u32)> {
         self.dev().check_opened_here()?;
         self.dev().config.limits.check_cqe(cqe)?;
@@ -304,6 +318,7 @@ impl VerbsContext for EmuContext {
                 srq,
                 owner: self.local.id,
                 destroyed: AtomicBool::new(false),
+                resets: AtomicU32::new(0),
             }),
         );
         dev.publish_qp_count(qps.len());
@@ -326,6 +341,9 @@ impl VerbsContext for EmuContext {
         dev.on_qp(&entry, None, |qp, _, out| {
             validate_modify(qp.qp_type, qp.state(), &attr, mask, &limits)?;
             qp.apply_modify(&attr, mask, out);
+            if mask.contains(QpAttrMask::STATE) && attr.qp_state == QpState::Reset {
+                entry.purge_completions(qp.qpn);
+            }
             Ok(())
         })
         .unwrap_or_else(|| Err(VerbsError::NotFound(format!("QP {qpn:#x} was destroyed"))))

@@ -6,9 +6,17 @@
 //! through a crossbeam channel whose unbounded flavour allocates blocks of slots as
 //! completions come and go (a 64k-entry CQ costs nothing until it fills), with a counter
 //! that enforces the capacity; the arming is one atomic.
+//!
+//! A QP moved to RESET takes its completions out of its CQs, as mlx5's provider does
+//! (`purge`): each completion carries the number of resets its QP had gone through when it
+//! was queued, and polls skip those of an older reset count, so no completion is reordered
+//! and pushes stay lock-free.
 
+use std::collections::HashMap;
 use std::sync::atomic::{fence, AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crossbeam_channel::{Receiver, Sender};
 use softverbs_api::{VerbsError, VerbsResult, WcStatus, WorkCompletion};
@@ -51,8 +59,8 @@ impl Arm {
 /// CQ does) instead of dropping completions silently: every later poll fails with EIO, and
 /// the engine raises `IBV_EVENT_CQ_ERR` for it.
 pub struct CompletionQueue {
-    sender: Sender<WorkCompletion>,
-    receiver: Receiver<WorkCompletion>,
+    sender: Sender<Queued>,
+    receiver: Receiver<Queued>,
     /// Completions queued, or being queued: a push takes its place here before it sends, so
     /// the capacity holds however many threads push at once, and a poll of an empty CQ (what
     /// a busy-polling application does most) is one load.
@@ -65,6 +73,18 @@ pub struct CompletionQueue {
     /// The context that created it (whose async queue gets its CQ_ERR event).
     owner: u64,
     channel: Option<Arc<CompChannel>>,
+    /// Set while `purged` has entries: the one load a poll pays when nothing was purged.
+    purging: AtomicBool,
+    /// QP number -> its reset count at its last purge: its completions queued with a lower
+    /// count are skipped. At most one entry per QP that uses the CQ; emptied whenever the
+    /// queue is (nothing older can be left then).
+    purged: Mutex<HashMap<u32, u32>>,
+}
+
+/// A completion and the reset count of its QP when it was queued.
+struct Queued {
+    wc: WorkCompletion,
+    resets: u32,
 }
 
 impl CompletionQueue {
@@ -91,6 +111,8 @@ impl CompletionQueue {
             id,
             owner,
             channel,
+            purging: AtomicBool::new(false),
+            purged: Mutex::new(HashMap::new()),
         }
     }
 
@@ -120,6 +142,17 @@ impl CompletionQueue {
     /// entered the error state (the caller raises CQ_ERR); the completion is then lost, as
     /// on a real overrun, and the error is what polls report from now on.
     pub fn push(&self, wc: WorkCompletion, solicited: bool) -> bool {
+        self.push_after_resets(wc, solicited, 0)
+    }
+
+    /// [`CompletionQueue::push`] of a completion whose QP had been reset `resets` times
+    /// (see [`CompletionQueue::purge`]).
+    pub(crate) fn push_after_resets(
+        &self,
+        wc: WorkCompletion,
+        solicited: bool,
+        resets: u32,
+    ) -> bool {
         if self.overrun.load(Ordering::Acquire) {
             return false;
         }
@@ -134,7 +167,7 @@ impl CompletionQueue {
             return first;
         }
         // Cannot fail: the CQ holds the receiving end.
-        let _ = self.sender.send(wc);
+        let _ = self.sender.send(Queued { wc, resets });
         // The completion is visible before the arming is read, as `req_notify` arms before
         // its caller polls again: either this push sees the arming, or that poll sees the
         // completion (a fence on both sides; at worst an event for a completion the poll
@@ -178,6 +211,34 @@ impl CompletionQueue {
         fence(Ordering::SeqCst);
     }
 
+    /// Takes out the completions of QP `qpn` queued before its reset number `resets`: the QP
+    /// went to RESET (ibv_modify_qp), which empties its CQs of it on mlx5. The caller holds
+    /// the QP's lock, under which its completions are pushed, so none older can follow.
+    /// They leave at the next polls (until then they still count in [`Self::len`] and
+    /// against the capacity).
+    pub(crate) fn purge(&self, qpn: u32, resets: u32) {
+        let mut purged = self.purged.lock();
+        purged.insert(qpn, resets);
+        self.purging.store(true, Ordering::Release);
+    }
+
+    /// True if `q` was purged (see [`Self::purge`]).
+    fn is_purged(&self, q: &Queued) -> bool {
+        self.purged
+            .lock()
+            .get(&q.wc.qp_num)
+            .is_some_and(|&resets| q.resets < resets)
+    }
+
+    /// Forgets the purges once the queue is empty: nothing they apply to is left.
+    fn end_purges_if_empty(&self) {
+        let mut purged = self.purged.lock();
+        if self.queued.load(Ordering::Acquire) == 0 {
+            purged.clear();
+            self.purging.store(false, Ordering::Release);
+        }
+    }
+
     /// True once the CQ has overrun (it is in error).
     pub fn is_overrun(&self) -> bool {
         self.overrun.load(Ordering::Acquire)
@@ -194,18 +255,27 @@ impl CompletionQueue {
         if self.queued.load(Ordering::Acquire) == 0 {
             return Ok(0);
         }
+        let purging = self.purging.load(Ordering::Acquire);
         let mut n = 0;
-        for slot in out.iter_mut() {
+        let mut skipped = 0;
+        while n < out.len() {
             // A push between its count and its send is found by the next poll, as if it
             // had come just after this one.
-            let Ok(wc) = self.receiver.try_recv() else {
+            let Ok(q) = self.receiver.try_recv() else {
                 break;
             };
-            *slot = wc;
+            if purging && self.is_purged(&q) {
+                skipped += 1;
+                continue;
+            }
+            out[n] = q.wc;
             n += 1;
         }
-        if n > 0 {
-            self.queued.fetch_sub(n, Ordering::AcqRel);
+        if n + skipped > 0 {
+            self.queued.fetch_sub(n + skipped, Ordering::AcqRel);
+        }
+        if purging {
+            self.end_purges_if_empty();
         }
         Ok(n)
     }
@@ -242,6 +312,36 @@ mod tests {
     }
 
     const NOW: Option<Duration> = Some(Duration::ZERO);
+
+    fn of_qp(qpn: u32, wr_id: u64) -> WorkCompletion {
+        WorkCompletion {
+            qp_num: qpn,
+            ..wc(wr_id, WcStatus::WrFlushErr)
+        }
+    }
+
+    #[test]
+    fn a_purge_takes_out_the_older_completions_of_one_qp_and_keeps_the_order_of_the_rest() {
+        let cq = CompletionQueue::new(16);
+        for (qpn, wr_id) in [(5, 1), (6, 2), (5, 3), (6, 4)] {
+            assert!(!cq.push_after_resets(of_qp(qpn, wr_id), false, 0));
+        }
+        cq.purge(5, 1);
+        // Queued after the reset: stays.
+        assert!(!cq.push_after_resets(of_qp(5, 5), false, 1));
+        let mut out = [WorkCompletion::default(); 2];
+        assert_eq!(cq.poll(&mut out).unwrap(), 2);
+        assert_eq!([out[0].wr_id, out[1].wr_id], [2, 4]);
+        assert_eq!(cq.poll(&mut out).unwrap(), 1);
+        assert_eq!(out[0].wr_id, 5);
+        assert!(cq.is_empty());
+        // The queue emptied: the purge is forgotten, and a later one works again.
+        assert!(cq.purged.lock().is_empty());
+        assert!(!cq.push_after_resets(of_qp(5, 6), false, 1));
+        cq.purge(5, 2);
+        assert_eq!(cq.poll(&mut out).unwrap(), 0);
+        assert!(cq.is_empty());
+    }
 
     #[test]
     fn completions_pushed_from_many_threads_all_arrive_once_in_each_threads_order() {

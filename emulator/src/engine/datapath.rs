@@ -148,7 +148,8 @@ impl Device {
             };
             // One packet per call: its SE bit belongs to the receive completion it made.
             let solicited = out.solicited && c.target == CompletionTarget::Recv;
-            if cq.push(c.wc, solicited) {
+            let resets = entry.resets.load(Ordering::Relaxed);
+            if cq.push_after_resets(c.wc, solicited, resets) {
                 let event = AsyncEvent {
                     kind: AsyncEventKind::CqErr,
                     element: AsyncElement::Cq(cq.id()),

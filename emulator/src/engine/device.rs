@@ -44,6 +44,20 @@ pub(crate) struct QpEntry {
     /// (kernel rxe's `qp->valid`): a caller that found the entry before the destroy and
     /// locks it after does nothing, so nothing runs on a QP once `destroy_qp` returned.
     pub(crate) destroyed: AtomicBool,
+    /// Times the QP went to RESET, stamped on its completions (see `purge_completions`).
+    pub(crate) resets: AtomicU32,
+}
+
+impl QpEntry {
+    /// The QP went to RESET: its completions still queued leave its CQs, as on mlx5 (see
+    /// `CompletionQueue::purge`). Called under the QP's lock.
+    pub(crate) fn purge_completions(&self, qpn: u32) {
+        let resets = self.resets.fetch_add(1, Ordering::Relaxed) + 1;
+        self.send_cq.purge(qpn, resets);
+        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            self.recv_cq.purge(qpn, resets);
+        }
+    }
 }
 
 /// The state of one device, shared by its contexts and its engine thread.

@@ -19,6 +19,8 @@ pub use table::{LocalSlice, MrReader, MrTable, RemoteAccessor};
 pub use window::MAX_MW;
 
 #[cfg(test)]
+mod rereg_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod window_tests;

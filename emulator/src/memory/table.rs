@@ -12,8 +12,10 @@ use super::keys::{KeyGen, KeyLayout, MAX_SLOTS};
 use super::region::{HostPtr, Region, Span};
 use super::window::{is_window_key, Binding, MrView, QpRef, WindowTable};
 
-// The table's methods by job: what a peer may do (remote.rs) and windows (windows.rs).
+// The table's methods by job: what a peer may do (remote.rs), in-place re-registration
+// (rereg.rs) and windows (windows.rs).
 mod remote;
+mod rereg;
 mod windows;
 
 /// Access bits `ibv_reg_mr` knows (the kernel's `IB_ACCESS_SUPPORTED` without the optional
@@ -346,36 +348,7 @@ impl MrTable {
         length: u64,
         access: AccessFlags,
     ) -> VerbsResult<MrKeys> {
-        let bits = access.bits();
-        if bits & !(REG_KNOWN | REG_OPTIONAL) != 0 {
-            return Err(VerbsError::inval(format!(
-                "reg_mr: unknown access flags {:#x}",
-                bits & !(REG_KNOWN | REG_OPTIONAL)
-            )));
-        }
-        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
-            && !access.contains(AccessFlags::LOCAL_WRITE)
-        {
-            return Err(VerbsError::inval(
-                "reg_mr: REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE",
-            ));
-        }
-        if access.contains(AccessFlags::ON_DEMAND) {
-            return Err(VerbsError::NotSupported("reg_mr: on-demand paging".into()));
-        }
-        if length == 0 {
-            return Err(VerbsError::inval("reg_mr: zero length"));
-        }
-        if addr == 0 {
-            return Err(VerbsError::inval("reg_mr: null address"));
-        }
-        let host = usize::try_from(addr)
-            .ok()
-            .filter(|h| length <= usize::MAX as u64 && h.checked_add(length as usize).is_some())
-            .and_then(HostPtr::from_registered_addr)
-            .ok_or_else(|| VerbsError::inval("reg_mr: range wraps around the address space"))?;
-        // Optional bits this device does not implement are dropped, as the kernel does.
-        let access = AccessFlags(bits & REG_KNOWN);
+        let (host, access) = checked_registration(addr, length, access)?;
 
         let mut guard = self.inner.write();
         let inner = &mut *guard;
@@ -418,7 +391,7 @@ impl MrTable {
             lkey: keys.lkey,
             rkey: keys.rkey,
         });
-        *inner.pd_regions.entry(pd).or_insert(0) += 1;
+        inner.count_region_of(pd, true);
         Ok(keys)
     }
 
@@ -428,25 +401,10 @@ impl MrTable {
     pub fn deregister(&self, lkey: u32) -> VerbsResult<()> {
         let mut guard = self.inner.write();
         let inner = &mut *guard;
+        let slot = inner.unbound_slot(lkey, "dereg_mr")?;
+        let region = slot.region.take().expect("a live slot");
+        inner.count_region_of(region.pd, false);
         let index = inner.layout.index(lkey);
-        let slot = inner
-            .slots
-            .get_mut(index)
-            .filter(|s| s.region.as_ref().is_some_and(|r| r.lkey == lkey))
-            .ok_or_else(|| VerbsError::inval(format!("dereg_mr: no region with lkey {lkey:#x}")))?;
-        if slot.bound_windows > 0 {
-            return Err(VerbsError::Busy(format!(
-                "dereg_mr: {} memory window(s) still bound to the region",
-                slot.bound_windows
-            )));
-        }
-        let region = slot.region.take().expect("checked above");
-        if let Some(n) = inner.pd_regions.get_mut(&region.pd) {
-            *n -= 1;
-            if *n == 0 {
-                inner.pd_regions.remove(&region.pd);
-            }
-        }
         inner.free.push_back(index as u32);
         Ok(())
     }
@@ -563,4 +521,44 @@ impl MrTable {
         }
         Ok(total)
     }
+}
+
+/// The checks of `ibv_reg_mr`'s arguments (see [`MrTable::register`]), shared by
+/// re-registration: the region's first byte and the access it gets (optional bits this
+/// device does not implement dropped, as the kernel does).
+fn checked_registration(
+    addr: u64,
+    length: u64,
+    access: AccessFlags,
+) -> VerbsResult<(HostPtr, AccessFlags)> {
+    let bits = access.bits();
+    if bits & !(REG_KNOWN | REG_OPTIONAL) != 0 {
+        return Err(VerbsError::inval(format!(
+            "reg_mr: unknown access flags {:#x}",
+            bits & !(REG_KNOWN | REG_OPTIONAL)
+        )));
+    }
+    if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+        && !access.contains(AccessFlags::LOCAL_WRITE)
+    {
+        return Err(VerbsError::inval(
+            "reg_mr: REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE",
+        ));
+    }
+    if access.contains(AccessFlags::ON_DEMAND) {
+        return Err(VerbsError::NotSupported("reg_mr: on-demand paging".into()));
+    }
+    if length == 0 {
+        return Err(VerbsError::inval("reg_mr: zero length"));
+    }
+    if addr == 0 {
+        return Err(VerbsError::inval("reg_mr: null address"));
+    }
+    let host = usize::try_from(addr)
+        .ok()
+        .filter(|h| length <= usize::MAX as u64 && h.checked_add(length as usize).is_some())
+        .and_then(HostPtr::from_registered_addr)
+        .ok_or_else(|| VerbsError::inval("reg_mr: range wraps around the address space"))?;
+    let access = AccessFlags(bits & REG_KNOWN);
+    Ok((host, access))
 }

@@ -152,10 +152,9 @@ const REREG_ERR_CMD: i32 = -4;
 /// asking the kernel (unknown flags, CHANGE_TRANSLATION with a NULL address or zero length,
 /// an access without CHANGE_ACCESS, and here also a handle that is not a live MR), or
 /// IBV_REREG_MR_ERR_CMD with errno for what the kernel rejects (no flag, a PD that is not
-/// live or of another context, invalid access, windows bound to the MR: EBUSY). The MR is
-/// registered anew and the old registration dropped, so `lkey` and `rkey` change (which
-/// ibv_rereg_mr(3) allows; peers need the new rkey). On any error the MR is unchanged and
-/// still registered. The dontfork / dofork steps of libibverbs have nothing to do here (the
+/// live or of another context, invalid access, windows bound to the MR: EBUSY). The
+/// emulator re-registers in place, so `lkey` and `rkey` stay what they were (as on mlx5 and
+/// rxe: a peer's rkey stays valid). On any error the MR is unchanged and still registered. The dontfork / dofork steps of libibverbs have nothing to do here (the
 /// emulator pins no pages), so their error codes never occur.
 #[no_mangle]
 pub unsafe extern "C" fn sv_ibv_rereg_mr(
@@ -221,8 +220,9 @@ pub unsafe extern "C" fn sv_ibv_rereg_mr(
         Ok(k) => k,
         Err(e) => return failed(e.errno()),
     };
-    ctx.add_region(new_addr as u64, new_length as u64, keys.lkey);
+    // Forgotten first: an in-place re-registration keeps the lkey (and maybe the address).
     ctx.remove_region(old.mr.addr as u64, old.mr.lkey);
+    ctx.add_region(new_addr as u64, new_length as u64, keys.lkey);
     old.mr.pd = new_pd;
     old.mr.addr = new_addr;
     old.mr.length = new_length;

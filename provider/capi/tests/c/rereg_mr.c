@@ -3,12 +3,13 @@
  *  - bad input: the return code of ibv_rereg_mr(3) (IBV_REREG_MR_ERR_INPUT for what
  *    libibverbs rejects, IBV_REREG_MR_ERR_CMD for what the kernel rejects) and its errno,
  *    and the MR unchanged afterwards;
- *  - CHANGE_ACCESS grants remote write: an RDMA WRITE with the new rkey lands;
+ *  - every re-registration keeps lkey and rkey (in place, as mlx5 and rxe do);
+ *  - CHANGE_ACCESS grants remote write: an RDMA WRITE with the rkey lands;
  *  - a memory window bound to the MR makes a re-registration fail with EBUSY;
- *  - CHANGE_TRANSLATION moves the MR: RDMA WRITE and READ with the new rkey reach the new
+ *  - CHANGE_TRANSLATION moves the MR: RDMA WRITE and READ with the same rkey reach the new
  *    buffer only;
  *  - CHANGE_PD moves it to another PD (which then cannot be deallocated);
- *  - the rkey from before the moves no longer grants access (remote access error, the
+ *  - the old range is out of the rkey's reach after the moves (remote access error, the
  *    target bytes untouched).
  * Prints "rereg_mr: ... checks passed" and exits 0, or names the first failed check. */
 #include <errno.h>
@@ -163,11 +164,12 @@ int main(void)
                IBV_REREG_MR_ERR_INPUT && errno == EINVAL);
 
     /* CHANGE_ACCESS: remote write granted. */
+    uint32_t old_lkey = mr->lkey, old_rkey = mr->rkey;
     EXPECT("CHANGE_ACCESS",
            ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
                         RW | IBV_ACCESS_MW_BIND) == 0 &&
-               mr->addr == rx.buf && mr->length == SIZE && mr->pd == rx.pd);
-    uint32_t old_rkey = mr->rkey;
+               mr->addr == rx.buf && mr->length == SIZE && mr->pd == rx.pd &&
+               mr->lkey == old_lkey && mr->rkey == old_rkey);
     memset(tx.buf, 'x', SIZE);
     EXPECT("RDMA WRITE after CHANGE_ACCESS",
            rdma(&tx, IBV_WR_RDMA_WRITE, rx.buf, SIZE, mr->rkey) == IBV_WC_SUCCESS &&
@@ -190,7 +192,8 @@ int main(void)
     /* CHANGE_TRANSLATION: the MR moves to `moved`. */
     EXPECT("CHANGE_TRANSLATION",
            ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, moved, MOVED, 0) == 0 &&
-               mr->addr == moved && mr->length == MOVED);
+               mr->addr == moved && mr->length == MOVED && mr->lkey == old_lkey &&
+               mr->rkey == old_rkey);
     memset(tx.buf, 'y', SIZE);
     EXPECT("RDMA WRITE to the new range",
            rdma(&tx, IBV_WR_RDMA_WRITE, moved, MOVED, mr->rkey) == IBV_WC_SUCCESS &&
@@ -206,12 +209,12 @@ int main(void)
     struct ibv_pd *pd2 = ibv_alloc_pd(rx.ctx);
     EXPECT("alloc_pd", pd2 != NULL);
     EXPECT("CHANGE_PD", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd2, NULL, 0, 0) == 0 &&
-                            mr->pd == pd2 && mr->addr == moved);
+                            mr->pd == pd2 && mr->addr == moved && mr->rkey == old_rkey);
     EXPECT("the new PD holds the MR", ibv_dealloc_pd(pd2) == EBUSY);
 
-    /* The rkey of before the moves opens nothing any more. */
+    /* The old range is out of the rkey's reach. */
     memset(tx.buf, 'w', SIZE);
-    EXPECT("RDMA WRITE with the old rkey",
+    EXPECT("RDMA WRITE to the old range",
            rdma(&tx, IBV_WR_RDMA_WRITE, rx.buf, 64, old_rkey) == IBV_WC_REM_ACCESS_ERR &&
                all(rx.buf, 'x', SIZE));
 
