@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,8 @@ use crate::fd::borrow_backend_fd;
 pub(crate) struct CqInner {
     pub(crate) ctx: Context,
     pub(crate) id: u32,
-    capacity: u32,
+    /// The granted size (`resize` changes it).
+    capacity: AtomicU32,
     pub(crate) channel: Option<CompChannel>,
     /// Events of this CQ handed out by the channel and not yet acknowledged.
     pub(crate) unacked: Mutex<u32>,
@@ -74,7 +76,7 @@ impl Cq {
             inner: Arc::new(CqInner {
                 ctx: ctx.clone(),
                 id,
-                capacity,
+                capacity: AtomicU32::new(capacity),
                 channel: channel.cloned(),
                 unacked: Mutex::new(0),
                 #[cfg(feature = "tokio")]
@@ -99,7 +101,16 @@ impl Cq {
 
     /// Completions it holds at most.
     pub fn capacity(&self) -> u32 {
-        self.inner.capacity
+        self.inner.capacity.load(Ordering::Relaxed)
+    }
+
+    /// `ibv_resize_cq`: makes the CQ hold at least `cqe` completions, keeping those queued;
+    /// returns the granted size (then [`Cq::capacity`]). EINVAL beyond the device's
+    /// `max_cqe` or below the completions queued; EOPNOTSUPP where the backend cannot.
+    pub fn resize(&self, cqe: u32) -> VerbsResult<u32> {
+        let granted = self.inner.ctx.inner.backend.resize_cq(self.inner.id, cqe)?;
+        self.inner.capacity.store(granted, Ordering::Relaxed);
+        Ok(granted)
     }
 
     /// The completion channel it reports to, if any.

@@ -152,9 +152,15 @@ fn gid_table_has_link_local_and_ipv4_mapped_entries() {
     assert_eq!(g1.gid, Gid(mapped.octets()));
     assert_eq!(g1.gid.to_ip(), IpAddr::V4(Ipv4Addr::new(127, 10, 1, 6)));
 
+    // The table has room beyond the two addresses: an empty entry is ENODATA (as
+    // ibv_query_gid_ex says), an index beyond the table EINVAL.
+    let len = ctx.query_port(1).unwrap().gid_tbl_len;
+    assert!(len > 2, "{len}");
+    let err = ctx.query_gid(1, 2).expect_err("index 2 is empty");
+    assert_eq!(err.errno(), libc::ENODATA, "{err}");
     let err = ctx
-        .query_gid(1, 2)
-        .expect_err("index 2 is beyond the table");
+        .query_gid(1, len)
+        .expect_err("an index beyond the table");
     assert_eq!(err.errno(), 22, "{err}");
     let err = ctx.query_gid(2, 0).expect_err("port 2 does not exist");
     assert_eq!(err.errno(), 22, "{err}");

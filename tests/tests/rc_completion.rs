@@ -225,6 +225,47 @@ fn cq_sizes_and_overrun() {
     assert_eq!(err.errno(), 5, "{err}");
 }
 
+/// `ibv_resize_cq`: a CQ grows and shrinks keeping its completions, refuses to shrink below
+/// those queued (EINVAL, as rxe) or beyond the device's sizes, and overruns at its new size.
+#[test]
+fn resize_cq_keeps_queued_completions_and_refuses_to_shrink_below_them() {
+    let opts = RcConnectOptions::default();
+    let (a, b) = rc_pair(FILE, 17, 18, &SideConfig::default(), &opts);
+    let max = a.ctx.query_device().unwrap().max_cqe;
+    let cq = &b.recv_cq;
+    assert_eq!(cq.resize(0).unwrap_err().errno(), 22);
+    assert_eq!(cq.resize(max + 1).unwrap_err().errno(), 22);
+    assert_eq!(cq.resize(3).unwrap(), 3);
+    assert_eq!(cq.capacity(), 3);
+    for i in 0..3 {
+        b.post_recv(i, vec![b.recv_mr.sge(0, 64).unwrap()]);
+    }
+    let sends: Vec<SendWr> = (0..3)
+        .map(|i| SendWr::send(i, vec![a.send_mr.sge(0, 8).unwrap()]))
+        .collect();
+    a.qp.post_send(&sends).unwrap();
+    poll_n(&a.send_cq, 3, "sends");
+    // Three receive completions wait in the CQ: 2 is too small, 1000 keeps them all.
+    let err = cq.resize(2).unwrap_err();
+    assert_eq!(err.errno(), 22, "{err}");
+    assert_eq!(cq.capacity(), 3);
+    assert_eq!(cq.resize(1000).unwrap(), 1000);
+    let got = poll_n(cq, 3, "receives after the resize");
+    let ids: Vec<u64> = got.iter().map(|wc| wc.wr_id).collect();
+    assert_eq!(ids, [0, 1, 2]);
+    // Shrunk to one entry, a second completion overruns it (EIO), never lost silently.
+    assert_eq!(cq.resize(1).unwrap(), 1);
+    for i in 3..5 {
+        b.post_recv(i, vec![b.recv_mr.sge(0, 64).unwrap()]);
+    }
+    let sends: Vec<SendWr> = (3..5)
+        .map(|i| SendWr::send(i, vec![a.send_mr.sge(0, 8).unwrap()]))
+        .collect();
+    a.qp.post_send(&sends).unwrap();
+    poll_n(&a.send_cq, 2, "sends");
+    assert_eq!(cq.poll(&mut []).unwrap_err().errno(), 5);
+}
+
 /// A receiver that busy-polls takes the datagrams off the link in its own thread and defers
 /// the ACKs to its next send (so a ping-pong answer carries them in the same send call). If
 /// it then goes quiet, posting nothing and polling nothing, the ACKs must still leave

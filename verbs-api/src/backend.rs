@@ -124,6 +124,13 @@ pub trait VerbsContext: Send + Sync {
     fn create_cq(&self, cqe: u32, channel: Option<u32>) -> VerbsResult<(u32, u32)>;
     /// `ibv_destroy_cq`: EBUSY while QPs use it.
     fn destroy_cq(&self, cq: u32) -> VerbsResult<()>;
+    /// `ibv_resize_cq`: makes CQ `cq` hold at least `cqe` completions, keeping those queued;
+    /// returns the granted size. EINVAL for a size the device does not offer or below the
+    /// completions queued. The default: not supported (EOPNOTSUPP).
+    fn resize_cq(&self, cq: u32, cqe: u32) -> VerbsResult<u32> {
+        let _ = (cq, cqe);
+        Err(VerbsError::NotSupported("ibv_resize_cq".into()))
+    }
     /// `ibv_poll_cq`: moves up to `out.len()` completions into `out`, oldest first; returns how
     /// many. Never blocks; call again whenever more completions are wanted.
     fn poll_cq(&self, cq: u32, out: &mut [WorkCompletion]) -> VerbsResult<usize>;

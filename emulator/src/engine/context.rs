@@ -259,6 +259,14 @@ impl VerbsContext for EmuContext {
         Ok(())
     }
 
+    fn resize_cq(&self, cq: u32, cqe: u32) -> VerbsResult<u32> {
+        let dev = self.dev();
+        dev.check_opened_here()?;
+        dev.config.limits.check_cqe(cqe)?;
+        dev.cq(cq)?.resize(cqe as usize)?;
+        Ok(cqe)
+    }
+
     fn poll_cq(&self, cq: u32, out: &mut [WorkCompletion]) -> VerbsResult<usize> {
         let dev = self.dev();
         // A forked child polling would take its parent's datagrams off the shared socket.

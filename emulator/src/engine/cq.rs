@@ -67,7 +67,8 @@ pub struct CompletionQueue {
     queued: AtomicUsize,
     /// An [`Arm`].
     arm: AtomicU8,
-    capacity: usize,
+    /// Completions it holds at most (`ibv_resize_cq` changes it).
+    capacity: AtomicUsize,
     overrun: AtomicBool,
     id: u32,
     /// The context that created it (whose async queue gets its CQ_ERR event).
@@ -106,7 +107,7 @@ impl CompletionQueue {
             receiver,
             queued: AtomicUsize::new(0),
             arm: AtomicU8::new(Arm::Off as u8),
-            capacity,
+            capacity: AtomicUsize::new(capacity),
             overrun: AtomicBool::new(false),
             id,
             owner,
@@ -118,7 +119,27 @@ impl CompletionQueue {
 
     /// Capacity.
     pub fn capacity(&self) -> usize {
-        self.capacity
+        self.capacity.load(Ordering::Acquire)
+    }
+
+    /// `ibv_resize_cq`: the CQ now holds up to `capacity` completions, keeping those queued;
+    /// EINVAL below the number queued (as rxe's `rxe_cq_chk_attr`), EIO once overrun. A
+    /// push racing with a shrink may find the CQ full: it overruns, as it would after.
+    pub fn resize(&self, capacity: usize) -> VerbsResult<()> {
+        if self.is_overrun() {
+            return Err(VerbsError::Io {
+                errno: libc::EIO,
+                message: "resizing a completion queue that overran".into(),
+            });
+        }
+        let queued = self.len();
+        if capacity < queued {
+            return Err(VerbsError::inval(format!(
+                "resize_cq to {capacity}: {queued} completions are queued"
+            )));
+        }
+        self.capacity.store(capacity, Ordering::Release);
+        Ok(())
     }
 
     /// The id the device gave it.
@@ -156,7 +177,7 @@ impl CompletionQueue {
         if self.overrun.load(Ordering::Acquire) {
             return false;
         }
-        if self.queued.fetch_add(1, Ordering::AcqRel) >= self.capacity {
+        if self.queued.fetch_add(1, Ordering::AcqRel) >= self.capacity() {
             self.queued.fetch_sub(1, Ordering::AcqRel);
             let first = !self.overrun.swap(true, Ordering::AcqRel);
             // An armed waiter is woken too, so that it polls and sees the error rather
@@ -249,7 +270,7 @@ impl CompletionQueue {
         if self.overrun.load(Ordering::Acquire) {
             return Err(VerbsError::Io {
                 errno: libc::EIO,
-                message: format!("completion queue overrun (capacity {})", self.capacity),
+                message: format!("completion queue overrun (capacity {})", self.capacity()),
             });
         }
         if self.queued.load(Ordering::Acquire) == 0 {

@@ -6,6 +6,11 @@ use softverbs_api::{
 
 use super::device::Device;
 
+/// Entries of a port's GID table: two in use (MAC link-local and IP), the rest empty, as a
+/// kernel RoCE port's table has room beyond its addresses (rxe: 1024). Programs and tests
+/// look for an empty entry (pyverbs' `test_query_gid_ex_bad_flow`).
+pub(crate) const GID_TABLE_LEN: u32 = 16;
+
 impl Device {
     /// What `query_device` reports.
     pub(crate) fn device_attr(&self) -> DeviceAttr {
@@ -51,7 +56,7 @@ impl Device {
             },
             max_mtu: Mtu::Mtu4096,
             active_mtu: self.active_mtu(),
-            gid_tbl_len: 2,
+            gid_tbl_len: GID_TABLE_LEN,
             pkey_tbl_len: 1,
             max_msg_sz: 1 << 31,
             link_layer_ethernet: true,
@@ -59,15 +64,22 @@ impl Device {
     }
 
     /// Entry `index` of port `port_num`'s GID table: the link-local GID of the device's MAC,
-    /// then the GID of its IP address.
+    /// then the GID of its IP address; the other [`GID_TABLE_LEN`] entries are empty
+    /// (ENODATA, as `ibv_query_gid_ex` says of an empty entry), beyond them EINVAL.
     pub(crate) fn gid_entry(&self, port_num: u8, index: u32) -> VerbsResult<GidEntry> {
         self.port_attr(port_num)?;
         let gid = match index {
             0 => Gid::link_local_from_mac(self.config.mac()),
             1 => Gid::from_ip(self.config.ip),
+            _ if index < GID_TABLE_LEN => {
+                return Err(VerbsError::Io {
+                    errno: libc::ENODATA,
+                    message: format!("GID index {index} is empty"),
+                })
+            }
             _ => {
                 return Err(VerbsError::inval(format!(
-                    "GID index {index} beyond the table (2)"
+                    "GID index {index} beyond the table ({GID_TABLE_LEN})"
                 )))
             }
         };

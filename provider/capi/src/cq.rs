@@ -260,6 +260,32 @@ pub unsafe extern "C" fn sv_ibv_destroy_cq(cq: *mut IbvCq) -> i32 {
     0
 }
 
+/// `ibv_resize_cq`: the CQ holds at least `cqe` completions from now on, keeping those
+/// queued; `cq->cqe` says the granted size. EINVAL for a size outside 1..=max_cqe or below
+/// the completions queued, as rxe.
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_resize_cq(cq: *mut IbvCq, cqe: i32) -> i32 {
+    if !is_live(cq, Kind::Cq) || cqe <= 0 {
+        return libc::EINVAL;
+    }
+    // SAFETY: a live CQ of ours with an open context; the application does not resize it
+    // from two threads at once (libibverbs' contract for the call).
+    let (ctx, id) = unsafe {
+        (
+            SvContext::from_ptr((*cq).context).expect("live"),
+            (*cq).handle,
+        )
+    };
+    match ctx.backend().resize_cq(id, cqe as u32) {
+        Ok(granted) => {
+            // SAFETY: as above.
+            unsafe { (*cq).cqe = granted.min(i32::MAX as u32) as i32 };
+            0
+        }
+        Err(e) => e.errno(),
+    }
+}
+
 /// `ibv_context_ops.poll_cq`.
 pub unsafe extern "C" fn sv_poll_cq(cq: *mut IbvCq, num_entries: i32, wc: *mut IbvWc) -> i32 {
     if cq.is_null() || num_entries < 0 || (wc.is_null() && num_entries > 0) {
