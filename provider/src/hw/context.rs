@@ -250,6 +250,13 @@ impl VerbsContext for HwContext {
         })
     }
 
+    fn resize_cq(&self, cq: u32, cqe: u32) -> VerbsResult<u32> {
+        let c = self.cqs.get(cq, inval)?;
+        let want = i32::try_from(cqe).map_err(|_| VerbsError::inval("cqe beyond i32"))?;
+        c.raw.resize(want).map_err(|e| error(e, "ibv_resize_cq"))?;
+        Ok(c.raw.cqe().max(0) as u32)
+    }
+
     fn poll_cq(&self, cq: u32, out: &mut [WorkCompletion]) -> VerbsResult<usize> {
         let c = self.cqs.get(cq, inval)?;
         let wcs = c.raw.poll(out.len()).map_err(|e| error(e, "ibv_poll_cq"))?;

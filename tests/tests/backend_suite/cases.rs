@@ -38,6 +38,7 @@ pub const CASES: &[Case] = &[
     ("mw_send_with_inv", mw_send_with_inv),
     ("comp_channel", comp_channel),
     ("qp_query", qp_query),
+    ("cq_resize", cq_resize),
 ];
 
 fn rdma(
@@ -854,4 +855,25 @@ fn qp_query(bench: &Bench) {
     assert_eq!(init.qp_type, QpType::Rc);
     assert_eq!(init.send_cq, a.scq.id());
     assert!(init.cap.max_send_wr >= 64);
+}
+
+/// `ibv_resize_cq`: completions queued stay and arrive in order after a grow; a size of 0 is
+/// EINVAL (both backends; hardware may grant more than asked).
+fn cq_resize(bench: &Bench) {
+    let (a, b) = pair(bench, &EndConfig::new(QpType::Rc));
+    for i in 0..3 {
+        b.post_recv(i, 0, 64);
+    }
+    let sends: Vec<SendWr> = (0..3).map(|i| SendWr::send(i, vec![a.sge(0, 8)])).collect();
+    a.qp.post_send(&sends).expect("post_send");
+    poll_n(&a.scq, 3, "sends");
+    let err = b.rcq.resize(0).unwrap_err();
+    assert_eq!(err.errno(), libc::EINVAL, "{err}");
+    let granted = b.rcq.resize(500).expect("resize_cq");
+    assert!(granted >= 500 && b.rcq.capacity() == granted, "{granted}");
+    let ids: Vec<u64> = poll_n(&b.rcq, 3, "receives queued before the resize")
+        .iter()
+        .map(|wc| wc.wr_id)
+        .collect();
+    assert_eq!(ids, [0, 1, 2]);
 }

@@ -65,6 +65,13 @@ impl RawCq {
         rc(unsafe { ibv_req_notify_cq(self.0.as_ptr(), i32::from(solicited_only)) })
     }
 
+    /// `ibv_resize_cq`; the granted size is then [`RawCq::cqe`].
+    pub(crate) fn resize(&self, cqe: i32) -> Result<(), Errno> {
+        // SAFETY: live CQ; the backend does not resize one CQ from two threads at once
+        // (callers hold the table entry, and libibverbs asks no more).
+        rc(unsafe { ibv_resize_cq(self.0.as_ptr(), cqe) })
+    }
+
     /// `ibv_ack_cq_events`.
     pub(crate) fn ack_events(&self, count: u32) {
         // SAFETY: live CQ; the caller acks only events it took.
