@@ -276,9 +276,13 @@ impl VerbsContext for EmuContext {
         dev.flush_deferred_acks();
         let n = dev.poll_cq_now(cq, out)?;
         // An empty CQ: receive what is waiting on the link in this thread rather than wait
-        // for the engine thread to be scheduled (it wakes too, and finds the work done).
-        if n == 0 && !out.is_empty() && super::engine_thread::receive_if_free(dev) > 0 {
-            return dev.poll_cq_now(cq, out);
+        // for the engine thread to be scheduled (it wakes too, and finds the work done);
+        // with nothing there either, let a thread queued on this CPU run.
+        if n == 0 && !out.is_empty() {
+            if super::engine_thread::receive_if_free(dev) > 0 {
+                return dev.poll_cq_now(cq, out);
+            }
+            super::engine_thread::yield_after_empty_poll();
         }
         Ok(n)
     }
