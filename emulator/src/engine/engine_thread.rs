@@ -289,36 +289,46 @@ pub(crate) fn wait_for_traffic(dev: &Device, timeout: Duration) -> bool {
     ready
 }
 
-/// An application thread yields its CPU on one empty poll in this many (see
+/// Empty polls in a row before an application thread starts yielding its CPU (see
 /// [`yield_after_empty_poll`]).
+const YIELD_AFTER: u32 = 2;
+/// After those, it yields on one empty poll in this many.
 const YIELD_EVERY: u32 = 2;
 
 thread_local! {
-    /// Empty polls of this thread, for [`YIELD_EVERY`].
+    /// Empty polls of this thread since its last poll that found something.
     static EMPTY_POLLS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// After an empty poll that found nothing on the link either: on one such poll in
-/// [`YIELD_EVERY`], gives this CPU to a thread waiting for it (`sched_yield`).
+/// After an empty poll that found nothing on the link either: once the thread has polled
+/// [`YIELD_AFTER`] times in vain, gives its CPU to a thread waiting for it (`sched_yield`)
+/// on one such poll in [`YIELD_EVERY`].
 ///
 /// When every CPU is busy (a compiler beside the tests), the thread this poll waits for,
 /// woken by the packet this thread sent, is usually queued on this very CPU: the kernel
 /// places a woken thread beside its waker when no CPU is idle. A spinning poller then keeps
-/// it off until its time slice ends, and a ping-pong took 30-250 us per half round trip,
-/// t_99 540 us, with one CPU-bound competitor on two cores. Yielding lets it run at once:
-/// 8.8 us, t_99 13-25 us (`softverbs perf send_lat --loopback -s 8 --contend 1`). On an idle
-/// machine the yield returns at once; one poll in two keeps its cost there within noise
-/// (4.85 against 4.78 us; yielding on every empty poll cost 0.2 us and gained 0.8 us
-/// loaded).
+/// it off until its time slice ends: a loopback SEND ping-pong took 30-250 us per half
+/// round trip, t_99 540 us, with one CPU-bound competitor on two cores. Yielding lets it
+/// run (`softverbs perf send_lat --loopback -s 8 --baseline --contend 1`: 10.3 us, t_99
+/// 26 us; blocking UDP 5.8 us). The first polls of a wait do not yield: a bandwidth test's
+/// waits for its next ACK are short, and a yield there hands the CPU to the competitor
+/// (WRITE 64 KiB fell from 64% to 56% of UDP when every empty poll could yield; with these
+/// two it stays at 64%, and the ping-pong would take 8.9 us). On an idle machine a yield
+/// returns at once (4.85 against 4.78 us).
 pub(crate) fn yield_after_empty_poll() {
     let n = EMPTY_POLLS.with(|c| {
-        let n = c.get().wrapping_add(1);
+        let n = c.get().saturating_add(1);
         c.set(n);
         n
     });
-    if n.is_multiple_of(YIELD_EVERY) {
+    if n > YIELD_AFTER && n.is_multiple_of(YIELD_EVERY) {
         std::thread::yield_now();
     }
+}
+
+/// A poll found something: the next empty one starts a new wait.
+pub(crate) fn poll_found_work() {
+    EMPTY_POLLS.with(|c| c.set(0));
 }
 
 /// Tells the engine thread an application is polling (any change of the counter will do,
