@@ -241,14 +241,17 @@ pub fn send_runs<D: Datagram>(
 /// Waits up to `timeout` until `socket` has something to receive, without receiving it;
 /// `Ok(false)` on timeout (or an interrupted wait).
 pub fn wait_readable(socket: &impl AsRawFd, timeout: std::time::Duration) -> io::Result<bool> {
-    wait_any_readable(&[socket.as_raw_fd()], timeout)
+    Ok(wait_any_readable(&[socket.as_raw_fd()], timeout)? != 0)
 }
 
-/// [`wait_readable`] for several descriptors: true once any of `fds` has something to read.
+/// [`wait_readable`] for up to 32 descriptors: once any of `fds` has something to read,
+/// the set of those that have (bit `i` for `fds[i]`); 0 on timeout (or an interrupted
+/// wait). The set spares the caller a receive on each descriptor that has nothing.
 pub fn wait_any_readable(
     fds: &[std::os::fd::RawFd],
     timeout: std::time::Duration,
-) -> io::Result<bool> {
+) -> io::Result<u32> {
+    debug_assert!(fds.len() <= 32);
     let mut pfds: smallvec::SmallVec<[libc::pollfd; 2]> = fds
         .iter()
         .map(|&fd| libc::pollfd {
@@ -275,11 +278,15 @@ pub fn wait_any_readable(
     if rc < 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(false);
+            return Ok(0);
         }
         return Err(e);
     }
-    Ok(rc > 0)
+    Ok(pfds
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.revents != 0)
+        .fold(0, |set, (i, _)| set | 1 << i))
 }
 
 /// Buffers for [`recv_batch`]: `count` slots of `slot_bytes` each, allocated once.
@@ -448,6 +455,24 @@ mod tests {
     use super::*;
     use std::net::UdpSocket;
     use std::time::Duration;
+
+    #[test]
+    fn a_wait_on_several_sockets_says_which_have_something() {
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let fds = [a.as_raw_fd(), b.as_raw_fd()];
+        assert_eq!(wait_any_readable(&fds, Duration::ZERO).unwrap(), 0);
+        a.send_to(b"x", b.local_addr().unwrap()).unwrap();
+        assert_eq!(
+            wait_any_readable(&fds, Duration::from_secs(5)).unwrap(),
+            0b10
+        );
+        b.send_to(b"y", a.local_addr().unwrap()).unwrap();
+        assert_eq!(
+            wait_any_readable(&fds, Duration::from_secs(5)).unwrap(),
+            0b11
+        );
+    }
 
     #[test]
     fn a_batch_goes_out_and_comes_back_in_order() {

@@ -430,9 +430,12 @@ impl Link for SharedLink {
             self.forwarder.as_socket().as_raw_fd(),
         ];
         let ready = batched_io::wait_any_readable(&fds, timeout.min(LIVENESS_PERIOD))?;
-        // Either socket may be the one: the next receive looks at both.
-        self.forwarder_due.store(ready, Ordering::Relaxed);
-        Ok(ready)
+        // The next receive looks at the forwarding socket only if it was one of them: a
+        // receive that finds nothing there costs a blocked waiter a system call per wake.
+        if ready & 0b10 != 0 {
+            self.forwarder_due.store(true, Ordering::Relaxed);
+        }
+        Ok(ready != 0)
     }
 
     fn recv_ready(&self, max: usize, sink: &mut dyn FnMut(DatagramView<'_>)) -> io::Result<usize> {
