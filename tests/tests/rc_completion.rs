@@ -237,14 +237,7 @@ fn resize_cq_keeps_queued_completions_and_refuses_to_shrink_below_them() {
     assert_eq!(cq.resize(max + 1).unwrap_err().errno(), 22);
     assert_eq!(cq.resize(3).unwrap(), 3);
     assert_eq!(cq.capacity(), 3);
-    for i in 0..3 {
-        b.post_recv(i, vec![b.recv_mr.sge(0, 64).unwrap()]);
-    }
-    let sends: Vec<SendWr> = (0..3)
-        .map(|i| SendWr::send(i, vec![a.send_mr.sge(0, 8).unwrap()]))
-        .collect();
-    a.qp.post_send(&sends).unwrap();
-    poll_n(&a.send_cq, 3, "sends");
+    sends_received(&a, &b, 0..3);
     // Three receive completions wait in the CQ: 2 is too small, 1000 keeps them all.
     let err = cq.resize(2).unwrap_err();
     assert_eq!(err.errno(), 22, "{err}");
@@ -255,15 +248,22 @@ fn resize_cq_keeps_queued_completions_and_refuses_to_shrink_below_them() {
     assert_eq!(ids, [0, 1, 2]);
     // Shrunk to one entry, a second completion overruns it (EIO), never lost silently.
     assert_eq!(cq.resize(1).unwrap(), 1);
-    for i in 3..5 {
+    sends_received(&a, &b, 3..5);
+    assert_eq!(cq.poll(&mut []).unwrap_err().errno(), 5);
+}
+
+/// SENDs `ids` from `a` into receives posted on `b`, and waits until `a` saw them complete
+/// (so `b`'s receive completions are queued).
+fn sends_received(a: &Side, b: &Side, ids: std::ops::Range<u64>) {
+    for i in ids.clone() {
         b.post_recv(i, vec![b.recv_mr.sge(0, 64).unwrap()]);
     }
-    let sends: Vec<SendWr> = (3..5)
+    let sends: Vec<SendWr> = ids
+        .clone()
         .map(|i| SendWr::send(i, vec![a.send_mr.sge(0, 8).unwrap()]))
         .collect();
     a.qp.post_send(&sends).unwrap();
-    poll_n(&a.send_cq, 2, "sends");
-    assert_eq!(cq.poll(&mut []).unwrap_err().errno(), 5);
+    poll_n(&a.send_cq, ids.count(), "sends");
 }
 
 /// A receiver that busy-polls takes the datagrams off the link in its own thread and defers
