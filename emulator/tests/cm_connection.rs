@@ -343,6 +343,53 @@ fn connecting_to_an_unlistened_service_is_rejected_invalid_service_id() {
     );
 }
 
+/// The REJ "invalid service ID" comes after the hold (250 ms), not at once, and within the
+/// requester's CM response timeout (no REQ was resent meanwhile).
+#[test]
+fn the_rej_for_an_unlistened_service_comes_after_the_hold() {
+    let (mut w, a, t0) = start(15, false, 9999);
+    w.settle();
+    let rej_at = w.nodes[1]
+        .log
+        .sent
+        .iter()
+        .find(|(_, m)| matches!(m.message, CmMessage::Rej(_)))
+        .map(|(t, _)| *t)
+        .expect("a REJ");
+    let held = rej_at - t0;
+    assert!(
+        (250_000_000..400_000_000).contains(&held),
+        "REJ after {held} ns"
+    );
+    assert_eq!(w.nodes[1].cm.counters().reqs_held, 1);
+    assert_eq!(w.nodes[0].cm.counters().retransmits, 0);
+    assert!(matches!(
+        w.nodes[0].log.kinds(a)[..],
+        [CmEventKind::Rejected(_)]
+    ));
+}
+
+/// A server whose rdma_listen comes a moment after its client's REQ (perftest 4.5's `-R`
+/// under load) gets the request: the REQ was held, and the connection is made.
+#[test]
+fn a_req_just_before_its_listener_is_accepted_once_it_listens() {
+    let (mut w, a, t0) = start(16, false, PORT);
+    w.nodes[1].auto_accept_qpn = Some(0x22);
+    w.run_until(t0 + 50_000_000);
+    assert!(w.nodes[0].log.kinds(a).is_empty(), "no answer yet");
+    w.nodes[1].cm.listen(PortSpace::Tcp, PORT).unwrap();
+    w.drain(1);
+    w.settle();
+    assert!(matches!(
+        w.nodes[0].log.kinds(a)[..],
+        [CmEventKind::Established {
+            remote_qpn: 0x22,
+            ..
+        }]
+    ));
+    assert_eq!(w.nodes[1].cm.counters().rejects_sent, 0);
+}
+
 #[test]
 fn a_silent_peer_makes_the_requester_unreachable_after_the_kernel_retries() {
     let (mut w, a, t0) = start(6, true, PORT);

@@ -57,6 +57,11 @@ pub struct CmConfig {
     /// device shared by several processes, the slot of this one, so that the MADs
     /// answering those IDs reach it. `None`: IDs from the whole 32-bit space.
     pub comm_id_prefix: Option<u8>,
+    /// How long a REQ for a service nobody listens on waits for a listener before the REJ
+    /// "invalid service ID" (see `held_reqs.rs`); 0 rejects at once, as the kernel.
+    pub req_hold_ns: u64,
+    /// REQs held so at most; beyond it they are rejected at once.
+    pub max_held_reqs: usize,
 }
 
 impl CmConfig {
@@ -76,6 +81,8 @@ impl CmConfig {
             max_sidr: 256,
             max_queued_sends: 4096,
             comm_id_prefix: None,
+            req_hold_ns: 250_000_000,
+            max_held_reqs: 16,
         }
     }
 }

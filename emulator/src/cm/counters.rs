@@ -29,6 +29,8 @@ pub struct CmCounters {
     pub dreps_for_unknown: u64,
     /// REJs sent.
     pub rejects_sent: u64,
+    /// REQs for a service nobody listened on yet, held for a listener (see `held_reqs.rs`).
+    pub reqs_held: u64,
     /// REJs received.
     pub rejects_received: u64,
     /// Connections created (either side).

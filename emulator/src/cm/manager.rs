@@ -12,6 +12,7 @@ use std::net::IpAddr;
 use super::config::CmConfig;
 use super::conn::{Conn, ConnInfo, ConnState};
 use super::counters::CmCounters;
+use super::held_reqs::HeldReq;
 use super::ids::IdGen;
 use super::sidr_state::Sidr;
 use super::types::{CmError, CmEvent, CmEventKind, CmId, CmOutput, QpRequest, RtrAttrs, RtsAttrs};
@@ -26,6 +27,7 @@ pub struct CmManager {
     pub(super) conns: BTreeMap<u32, Conn>,
     pub(super) listeners: BTreeSet<u64>,
     pub(super) sidrs: BTreeMap<u32, Sidr>,
+    pub(super) held_reqs: Vec<HeldReq>,
     out: VecDeque<CmOutput>,
     queued_sends: usize,
     pub(super) counters: CmCounters,
@@ -40,6 +42,7 @@ impl CmManager {
             conns: BTreeMap::new(),
             listeners: BTreeSet::new(),
             sidrs: BTreeMap::new(),
+            held_reqs: Vec::new(),
             out: VecDeque::new(),
             queued_sends: 0,
             counters: CmCounters::default(),
@@ -100,6 +103,7 @@ impl CmManager {
             return Err(CmError::TableFull("listener"));
         }
         self.listeners.insert(sid);
+        self.release_held_reqs(sid);
         Ok(sid)
     }
 
@@ -125,7 +129,7 @@ impl CmManager {
     pub fn next_deadline_ns(&self) -> Option<u64> {
         let conns = self.conns.values().filter_map(|c| c.deadline_ns);
         let sidrs = self.sidrs.values().filter_map(|s| s.deadline_ns);
-        conns.chain(sidrs).min()
+        conns.chain(sidrs).chain(self.held_reqs_deadline()).min()
     }
 
     /// Handles one received MAD (the payload of a UD SEND to QP1) from `from`. A MAD that
@@ -137,10 +141,11 @@ impl CmManager {
             self.send_bytes(from, answer);
             return Ok(());
         }
+        let mad_bytes = mad;
         let mad = CmMad::parse(mad).inspect_err(|_| self.counters.malformed += 1)?;
         let tid = mad.header.transaction_id;
         match mad.message {
-            CmMessage::Req(r) => self.on_req(from, tid, &r),
+            CmMessage::Req(r) => self.on_req(Some((now_ns, mad_bytes)), from, tid, &r),
             CmMessage::Rep(r) => self.on_rep(from, tid, &r),
             CmMessage::Rtu(r) => self.on_rtu(from, &r),
             CmMessage::Mra(r) => self.on_mra(now_ns, from, &r),
@@ -178,6 +183,7 @@ impl CmManager {
         for id in due {
             self.sidr_timeout(now_ns, id);
         }
+        self.expire_held_reqs(now_ns);
     }
 
     fn conn_timeout(&mut self, now_ns: u64, id: u32) {

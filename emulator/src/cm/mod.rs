@@ -10,7 +10,8 @@
 //! on the Rust handle layer, so a C librdmacm can sit on it too.
 //!
 //! Files: `manager.rs` (tables, dispatch, timers), `active.rs` (connect, REP, MRA, REJ),
-//! `passive.rs` (listen matches, REQ, accept, reject, RTU), `teardown.rs` (DREQ, DREP,
+//! `passive.rs` (listen matches, REQ, accept, reject, RTU), `held_reqs.rs` (REQs that
+//! arrive just before their listener), `teardown.rs` (DREQ, DREP,
 //! time-wait, destroy), `sidr.rs`, `conn.rs` (the state enum), `timing.rs` (the kernel's
 //! timeout arithmetic), `ids.rs`, `config.rs`, `counters.rs`, `types.rs`.
 
@@ -18,6 +19,7 @@ mod active;
 mod config;
 mod conn;
 mod counters;
+mod held_reqs;
 mod ids;
 mod manager;
 mod passive;

@@ -40,7 +40,16 @@ pub struct AcceptParams {
 }
 
 impl CmManager {
-    pub(super) fn on_req(&mut self, from: IpAddr, tid: u64, req: &ReqRepr) {
+    /// A REQ from `from`; `arrival` (the time and the MAD's bytes) when it just arrived, so
+    /// that one for a service nobody listens on yet may be held (`held_reqs.rs`); `None`
+    /// when a held one is released.
+    pub(super) fn on_req(
+        &mut self,
+        arrival: Option<(u64, &[u8])>,
+        from: IpAddr,
+        tid: u64,
+        req: &ReqRepr,
+    ) {
         let dup = self
             .conns
             .values()
@@ -51,6 +60,12 @@ impl CmManager {
             return;
         }
         if let Err(reason) = self.admit_req(from, tid, req) {
+            if let Some((now_ns, mad)) = arrival {
+                if reason == rej_reason::INVALID_SERVICE_ID && self.hold_req(now_ns, from, req, mad)
+                {
+                    return;
+                }
+            }
             let ids = (0, req.local_comm_id);
             self.send_rej(from, tid, ids, msg_code::REQ, reason, &[]);
         }
