@@ -8,7 +8,11 @@
 #     softverbs perf's defaults; perftest's own default for messages this large is to signal
 #     every WR, which would compare two different workloads),
 #   - ib_send_lat -s 8 -I 0 vs softverbs perf send_lat -s 8 (typical us; the drop-in should
-#     add at most 0.5 us; no inline data on either side, softverbs perf's default).
+#     add at most 0.5 us; no inline data on either side, softverbs perf's default),
+#   - bench/verbs_bench.c (C with no loop of its own beyond post and poll: one process, two
+#     devices, as `softverbs perf ... --loopback`) through the drop-in vs softverbs perf
+#     --loopback, write_bw 64 KiB (-t 128 -Q 100) and send_lat 8 B: the drop-in's own cost,
+#     without perftest's (whose loops read the clock between empty polls).
 # Bandwidth is the average (4th column of both reports); latency is t_typical (perftest's 5th
 # column, softverbs perf's 4th).
 # Both run as two processes on two devices (127.22.200.x for the drop-in, 127.22.201.x for
@@ -44,7 +48,9 @@ pair() {
 field() { awk -v size="$1" -v n="$2" '$1 == size { print $n; exit }'; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-dropin_bw=() perf_bw=() dropin_lat=() perf_lat=()
+BENCH=target/release/verbs_bench
+cc -O2 -o "$BENCH" provider/capi/bench/verbs_bench.c -libverbs -lpthread
+dropin_bw=() perf_bw=() dropin_lat=() perf_lat=() c_lat=() loop_lat=() c_bw=() loop_bw=()
 for i in $(seq "$REPEAT"); do
     p=$((PORT + i))
     out=$(pair "env SOFTVERBS_DEVICES=$DROPIN_DEVICES LD_LIBRARY_PATH=$LIBPATH ib_write_bw -d softrxe0 -x 1 -F -t 128 -Q 100 -s 65536 -n $ITERS -p $p" \
@@ -59,6 +65,10 @@ for i in $(seq "$REPEAT"); do
     out=$(pair "env SOFTVERBS_DEVICES=$PERF_DEVICES $SV perf send_lat -s 8 -n $ITERS -p $((p + 300))" \
         "env SOFTVERBS_DEVICES=$PERF_DEVICES $SV perf send_lat -s 8 -n $ITERS -p $((p + 300)) 127.0.0.1")
     perf_lat+=("$(echo "$out" | field 8 4)")
+    c_lat+=("$(env SOFTVERBS_DEVICES=$DROPIN_DEVICES LD_LIBRARY_PATH="$LIBPATH" "$BENCH" send_lat "$ITERS" | awk '{ print $5 }')")
+    c_bw+=("$(env SOFTVERBS_DEVICES=$DROPIN_DEVICES LD_LIBRARY_PATH="$LIBPATH" "$BENCH" write_bw "$ITERS" | awk '{ print $4 }')")
+    loop_bw+=("$(env SOFTVERBS_DEVICES=$PERF_DEVICES $SV perf write_bw --loopback -t 128 -Q 100 -s 65536 -n "$ITERS" 2>/dev/null | field 65536 4)")
+    loop_lat+=("$(env SOFTVERBS_DEVICES=$PERF_DEVICES $SV perf send_lat --loopback -s 8 -n "$ITERS" 2>/dev/null | field 8 4)")
 done
 dbw=$(printf '%s\n' "${dropin_bw[@]}" | median)
 pbw=$(printf '%s\n' "${perf_bw[@]}" | median)
@@ -66,4 +76,11 @@ dlat=$(printf '%s\n' "${dropin_lat[@]}" | median)
 plat=$(printf '%s\n' "${perf_lat[@]}" | median)
 echo "write_bw 65536 B  drop-in ${dbw} MB/s  softverbs perf ${pbw} MB/s  ratio $(awk -v a="$dbw" -v b="$pbw" 'BEGIN { printf "%.2f", a / b }')"
 echo "send_lat 8 B      drop-in ${dlat} us  softverbs perf ${plat} us  added $(awk -v a="$dlat" -v b="$plat" 'BEGIN { printf "%.2f", a - b }') us"
+cbw=$(printf '%s\n' "${c_bw[@]}" | median)
+lbw=$(printf '%s\n' "${loop_bw[@]}" | median)
+echo "write_bw 65536 B, C program  drop-in ${cbw} MB/s  softverbs perf --loopback ${lbw} MB/s  ratio $(awk -v a="$cbw" -v b="$lbw" 'BEGIN { printf "%.2f", a / b }')"
+clat=$(printf '%s\n' "${c_lat[@]}" | median)
+llat=$(printf '%s\n' "${loop_lat[@]}" | median)
+echo "send_lat 8 B, C program    drop-in ${clat} us  softverbs perf --loopback ${llat} us  added $(awk -v a="$clat" -v b="$llat" 'BEGIN { printf "%.2f", a - b }') us"
+echo "(runs: C drop-in bw ${c_bw[*]} / perf --loopback bw ${loop_bw[*]} / C drop-in lat ${c_lat[*]} / perf --loopback lat ${loop_lat[*]})"
 echo "(runs: drop-in bw ${dropin_bw[*]} / perf bw ${perf_bw[*]} / drop-in lat ${dropin_lat[*]} / perf lat ${perf_lat[*]})"
