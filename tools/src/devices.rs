@@ -142,12 +142,13 @@ fn details(info: &DeviceInfo) -> VerbsResult<Details> {
         attr,
         ports,
         counters: counters(&ctx),
-        sharing: sharing(&ctx)?,
+        sharing: sharing(&ctx, &info.name)?,
     })
 }
 
-/// Who shares the emulated device `ctx` is open on, by slot (see docs/shared-devices.md).
-fn sharing(ctx: &Context) -> VerbsResult<Vec<Sharer>> {
+/// Who shares the emulated device `ctx` is open on (named `name`), by slot (see
+/// docs/shared-devices.md).
+fn sharing(ctx: &Context, name: &str) -> VerbsResult<Vec<Sharer>> {
     let Some(emu) = ctx.emulator() else {
         return Ok(Vec::new());
     };
@@ -159,7 +160,7 @@ fn sharing(ctx: &Context) -> VerbsResult<Vec<Sharer>> {
         errno: e.raw_os_error().unwrap_or(libc::EIO),
         message: format!("reading the registry of {addr}: {e}"),
     };
-    let registry = Registry::for_device(addr.ip(), addr.port()).map_err(io)?;
+    let registry = registry_of(name, addr).map_err(io)?;
     Ok(registry
         .members()
         .map_err(io)?
@@ -178,6 +179,21 @@ fn sharing(ctx: &Context) -> VerbsResult<Vec<Sharer>> {
             })
         })
         .collect())
+}
+
+/// The registry of the emulated device `name` on `addr`: a qemu socket device's is keyed by
+/// its frames socket (its IP exists only on the VM's segment), a UDP device's by `addr`.
+fn registry_of(name: &str, addr: std::net::SocketAddr) -> std::io::Result<Registry> {
+    use softverbs_emu::engine::{device_list, LinkConfig};
+    let config = device_list()
+        .ok()
+        .and_then(|l| l.into_iter().find(|d| d.name == name));
+    match config.map(|c| c.link) {
+        Some(LinkConfig::QemuSocket { frames_local, .. }) => {
+            Registry::for_qemu_frames(frames_local)
+        }
+        _ => Registry::for_device(addr.ip(), addr.port()),
+    }
 }
 
 /// The emulated device's counters, by name (none for an rdma-core device): the transport's,

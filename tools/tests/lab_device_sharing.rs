@@ -1,9 +1,9 @@
 //! The rxe lab's kind of device (a qemu socket link: Ethernet frames over one UDP socket) is
-//! per process today, unlike a UDP device: a second process that opens it gets a clear
-//! EADDRINUSE naming the frames socket, and opens it once the holder has gone. When the lab
-//! device becomes shared (docs/shared-devices.md, "The lab device: not shared yet"), this
-//! test is to be turned round. No qemu is needed: the frames socket is bound either way.
-//! Addresses: 127.36.x (this branch's range).
+//! shared by the processes that open it, as a UDP device is (docs/shared-devices.md, "How
+//! the lab device is shared"): two processes holding it and a third listing it see three
+//! members in three slots; with `SOFTVERBS_SHARE_PORT=0` a process binds the frames socket
+//! alone as before and gets a clear EADDRINUSE while others hold it. No qemu is needed: the
+//! frames socket is bound either way. Addresses: 127.36.x (this branch's range).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,7 +13,13 @@ const BIN: &str = env!("CARGO_BIN_EXE_softverbs");
 const DEVICES: &str = "lab36=10.77.0.1@127.36.0.1:48951/127.36.0.1:48952/9000,udp36=127.36.0.2";
 
 fn devices_verbose() -> String {
+    devices_verbose_with(&[])
+}
+
+/// `softverbs devices -v` with extra environment `env`.
+fn devices_verbose_with(env: &[(&str, &str)]) -> String {
     let o = Command::new(BIN)
+        .envs(env.iter().copied())
         .env("SOFTVERBS_DEVICES", DEVICES)
         .env_remove("SOFTVERBS_PROVIDER")
         .args(["devices", "-v"])
@@ -59,17 +65,28 @@ fn holder(device: &str, listen: &str) -> Holder {
     )
 }
 
+/// How many other processes `devices -v` lists with one QP (a holder's ping-pong QP).
+fn holders_with_a_qp(section: &str) -> usize {
+    section
+        .lines()
+        .filter(|l| l.contains("\tslot ") && !l.contains("this one") && l.ends_with("qps 1"))
+        .count()
+}
+
 #[test]
-fn a_second_process_on_the_lab_device_gets_eaddrinuse_while_a_udp_device_is_shared() {
+fn two_processes_share_the_lab_device_as_a_udp_device_is_shared() {
     let holders = [
         holder("lab36", "127.36.0.1:48960"),
+        holder("lab36", "127.36.0.1:48962"),
         holder("udp36", "127.36.0.2:48961"),
     ];
-    // The holders bind within a second or two; wait until both are seen (bounded).
+    // The holders join and create their QP within a second or two; wait until all are
+    // seen (bounded).
     let deadline = Instant::now() + Duration::from_secs(20);
     let out = loop {
         let out = devices_verbose();
-        if section(&out, "lab36").contains("not opened")
+        if section(&out, "lab36").contains("shared by 3 processes")
+            && holders_with_a_qp(section(&out, "lab36")) == 2
             && section(&out, "udp36").contains("shared by 2 processes")
         {
             break out;
@@ -77,20 +94,34 @@ fn a_second_process_on_the_lab_device_gets_eaddrinuse_while_a_udp_device_is_shar
         assert!(Instant::now() < deadline, "holders never seen: {out}");
         std::thread::sleep(Duration::from_millis(200));
     };
+    for name in ["lab36", "udp36"] {
+        let s = section(&out, name);
+        assert!(!s.contains("not opened"), "{s}");
+        assert!(s.contains("(softverbs, this one)"), "{s}");
+    }
     let lab = section(&out, "lab36");
+    assert!(lab.contains("::ffff:10.77.0.1"), "{lab}");
+    let mut slots: Vec<&str> = lab
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("slot "))
+        .map(|l| l.split('\t').next().unwrap_or("").trim())
+        .collect();
+    slots.sort_unstable();
+    slots.dedup();
+    assert_eq!(slots.len(), 3, "three members in three slots: {lab}");
+
+    // Opting out binds the frames socket alone, which the members' sockets refuse.
+    let alone = devices_verbose_with(&[("SOFTVERBS_SHARE_PORT", "0")]);
+    let lab = section(&alone, "lab36");
     assert!(
         lab.contains("binding frames socket 127.36.0.1:48951 for lab36")
             && lab.contains("os error 98"),
         "EADDRINUSE naming the frames socket: {lab}"
     );
-    let udp = section(&out, "udp36");
-    assert!(udp.contains("(softverbs, this one)"), "{udp}");
-    assert_eq!(udp.matches("\tslot ").count(), 2, "{udp}");
 
     drop(holders);
-    // The holder gone, the lab device opens again (its error was the holder's socket).
+    // The holders gone, the device opens with this process as its only member.
     let out = devices_verbose();
     let lab = section(&out, "lab36");
-    assert!(!lab.contains("not opened"), "{lab}");
-    assert!(lab.contains("::ffff:10.77.0.1"), "{lab}");
+    assert!(lab.contains("shared by 1 processes"), "{lab}");
 }

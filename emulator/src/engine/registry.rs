@@ -17,6 +17,7 @@ use crate::net::channel::ChannelLink;
 use crate::net::fault::{FaultCounters, FaultyLink};
 use crate::net::qemu_socket::QemuSocketLink;
 use crate::net::shared_port::link::SharedLink;
+use crate::net::shared_port::qemu_link::SharedQemuLink;
 use crate::net::udp::UdpLink;
 use crate::net::Link;
 
@@ -141,6 +142,25 @@ fn bind_link(config: &DeviceConfig) -> VerbsResult<Box<dyn Link>> {
                 })?;
             Box::new(link)
         }
+        // Shared as a UDP port is: see docs/shared-devices.md, "How the lab device is shared".
+        LinkConfig::QemuSocket {
+            frames_local,
+            frames_peer,
+        } if config.share_port => Box::new(
+            SharedQemuLink::join(
+                *frames_local,
+                *frames_peer,
+                config.mac(),
+                config.ip,
+                config.udp_port,
+            )
+            .map_err(|e| VerbsError::Io {
+                errno: e.raw_os_error().unwrap_or(libc::EIO),
+                message: format!(
+                    "joining the processes sharing frames socket {frames_local} for {name}: {e}"
+                ),
+            })?,
+        ),
         LinkConfig::QemuSocket {
             frames_local,
             frames_peer,

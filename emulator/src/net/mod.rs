@@ -145,7 +145,7 @@ pub trait Link: Send + Sync {
 
     /// The member's end of a shared port, when this link is one (or wraps one): its slot,
     /// counters and registry entry. `None` for a link the process has to itself.
-    fn shared_port(&self) -> Option<&shared_port::link::SharedLink> {
+    fn shared_port(&self) -> Option<&shared_port::member::Member> {
         None
     }
 

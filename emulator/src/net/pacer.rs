@@ -32,6 +32,19 @@ impl Pacer {
         }
     }
 
+    /// Changes the rate and burst allowance from now on (a shared link's members split the
+    /// one qemu socket buffer they all send into); tokens beyond the new burst are dropped.
+    pub fn set_rate(&mut self, rate_bytes_per_s: u64, burst_bytes: u64) {
+        self.rate_bytes_per_s = rate_bytes_per_s;
+        self.burst_bytes = burst_bytes;
+        self.tokens = self.tokens.min(burst_bytes as f64);
+    }
+
+    /// The rate paced to, in bytes per second (0: unpaced).
+    pub fn rate_bytes_per_s(&self) -> u64 {
+        self.rate_bytes_per_s
+    }
+
     /// Takes `bytes` from the bucket at `now` and returns how long the caller must wait
     /// before sending them (zero when the allowance covers them). Call once per frame, in
     /// sending order.
@@ -80,6 +93,16 @@ mod tests {
         let later = t0 + Duration::from_secs(10);
         assert_eq!(p.delay(later, 2000), Duration::ZERO);
         assert_eq!(p.delay(later, 500), Duration::from_micros(500));
+    }
+
+    #[test]
+    fn a_lower_rate_set_later_slows_the_next_frames_and_caps_the_burst() {
+        let t0 = Instant::now();
+        let mut p = Pacer::new(2_000_000, 4000);
+        p.set_rate(1_000_000, 2000);
+        assert_eq!(p.rate_bytes_per_s(), 1_000_000);
+        assert_eq!(p.delay(t0, 2000), Duration::ZERO);
+        assert_eq!(p.delay(t0, 1000), Duration::from_millis(1));
     }
 
     #[test]

@@ -16,16 +16,16 @@ use super::OutPacket;
 use super::{InDatagram, Link};
 
 /// Largest frame read: qemu's socket netdev carries frames up to 64 KiB.
-const MAX_FRAME_BYTES: usize = 65536;
+pub(crate) const MAX_FRAME_BYTES: usize = 65536;
 /// Rate at which frames are sent to qemu, unless `SOFTVERBS_QEMU_PACE_KBPS` (kilobytes per
 /// second, 0 for unpaced) says otherwise. A TCG guest drains its NIC at tens of MB/s at best;
 /// faster bursts overflow qemu's socket buffer and are lost (see `net::pacer`).
-const PACE_BYTES_PER_S: u64 = 8_000_000;
+pub(crate) const PACE_BYTES_PER_S: u64 = 8_000_000;
 /// Bytes sent back to back before pacing starts: well under qemu's default 208 KiB socket
 /// receive buffer, whose accounting charges each datagram more than its length.
-const PACE_BURST_BYTES: u64 = 32 * 1024;
+pub(crate) const PACE_BURST_BYTES: u64 = 32 * 1024;
 /// Our receive buffer: rxe's bursts arrive faster than a busy engine thread reads.
-const RECV_BUFFER_BYTES: usize = 4 << 20;
+pub(crate) const RECV_BUFFER_BYTES: usize = 4 << 20;
 
 /// The host side of a qemu socket netdev.
 pub struct QemuSocketLink {
@@ -57,10 +57,7 @@ impl QemuSocketLink {
         let socket = UdpSocket::bind(frames_local)?;
         // Best effort: without privilege the kernel caps it at net.core.rmem_max.
         let _ = super::socket_options::set_recv_buffer_force(&socket, RECV_BUFFER_BYTES);
-        let rate = std::env::var("SOFTVERBS_QEMU_PACE_KBPS")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .map_or(PACE_BYTES_PER_S, |kbps| kbps * 1000);
+        let rate = pace_rate();
         // Connected: only qemu's datagrams are read, and the kernel filters the rest.
         socket.connect(frames_peer)?;
         let station = EthernetStation::new(mac, ip, udp_port);
@@ -74,24 +71,48 @@ impl QemuSocketLink {
     }
 
     fn send_frames(&self, frames: &[Vec<u8>]) -> io::Result<()> {
-        for frame in frames {
-            let wait = self.pacer.lock().delay(Instant::now(), frame.len());
-            if !wait.is_zero() {
-                std::thread::sleep(wait);
-            }
-            match self.socket.send(frame) {
-                Ok(_) => {}
-                // No qemu listening (yet), or a full buffer: the frame is lost, as on a wire.
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::ConnectionRefused | io::ErrorKind::WouldBlock
-                    ) || e.raw_os_error() == Some(libc::ENOBUFS) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        send_paced(&self.socket, None, &self.pacer, frames)
     }
+}
+
+/// The rate frames are paced to: `SOFTVERBS_QEMU_PACE_KBPS` (kilobytes per second, 0 for
+/// unpaced), else [`PACE_BYTES_PER_S`].
+pub(crate) fn pace_rate() -> u64 {
+    std::env::var("SOFTVERBS_QEMU_PACE_KBPS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(PACE_BYTES_PER_S, |kbps| kbps * 1000)
+}
+
+/// Sends `frames` through `socket` (to `to`, or to the peer it is connected to), each when
+/// `pacer` lets it go. A frame qemu cannot take is lost, as on a wire.
+pub(crate) fn send_paced(
+    socket: &UdpSocket,
+    to: Option<SocketAddr>,
+    pacer: &Mutex<Pacer>,
+    frames: &[Vec<u8>],
+) -> io::Result<()> {
+    for frame in frames {
+        let wait = pacer.lock().delay(Instant::now(), frame.len());
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
+        let sent = match to {
+            Some(to) => socket.send_to(frame, to),
+            None => socket.send(frame),
+        };
+        match sent {
+            Ok(_) => {}
+            // No qemu listening (yet), or a full buffer: the frame is lost, as on a wire.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionRefused | io::ErrorKind::WouldBlock
+                ) || e.raw_os_error() == Some(libc::ENOBUFS) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 impl Link for QemuSocketLink {

@@ -23,6 +23,7 @@ mod plan;
 mod qmp;
 mod results;
 mod scenario;
+mod shared_cases;
 mod srq_cases;
 mod trim;
 mod ud_cases;
@@ -408,6 +409,7 @@ fn run_case(
             CaseKind::Pingpong(kind, size) => {
                 pingpong_cases::run(env, LAB_DEVICE, kind, case.direction, case.mtu, size)
             }
+            CaseKind::SharedDevice => shared_cases::run(env, LAB_DEVICE, case.mtu),
         },
     };
     let capture_result = match cap {

@@ -52,6 +52,9 @@ pub enum CaseKind {
     /// Unmodified rdma_cm programs through the drop-in librdmacm.so.1 against the
     /// kernel's (dropin_cm_cases).
     DropInCm(DropInCm),
+    /// Two host processes sharing the lab device, each against its own rxe peer at once
+    /// (shared_cases).
+    SharedDevice,
 }
 
 /// Every case at the path MTUs `mtus`, in table order.
@@ -103,6 +106,17 @@ pub fn full(mtus: &[u32]) -> Vec<Case> {
                 format!("drop-in ibv_rc_pingpong {} B", super::dropin_cases::SIZE),
                 CaseKind::DropIn,
             );
+            // Both processes are clients (softverbs sends first): what is shared is the
+            // host's device, whichever side serves.
+            if direction == Direction::SoftverbsToRxe {
+                push(
+                    format!(
+                        "2 processes on one device: ibv_rc_pingpong {} B",
+                        super::shared_cases::size(mtu)
+                    ),
+                    CaseKind::SharedDevice,
+                );
+            }
         }
     }
     // rdma_cm picks the path MTU itself (4096 from the lab netdevs' 9000 bytes, on both

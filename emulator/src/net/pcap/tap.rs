@@ -262,7 +262,7 @@ impl Link for PcapTap {
         self.inner.qpn_range()
     }
 
-    fn shared_port(&self) -> Option<&crate::net::shared_port::link::SharedLink> {
+    fn shared_port(&self) -> Option<&crate::net::shared_port::member::Member> {
         self.inner.shared_port()
     }
 

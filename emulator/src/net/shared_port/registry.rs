@@ -85,14 +85,26 @@ impl Registry {
     /// The registry of the device on `ip` and UDP `port`: under `$XDG_RUNTIME_DIR/softverbs`,
     /// or `/dev/shm/softverbs-<uid>` without it; created (mode 0700) if absent.
     pub fn for_device(ip: IpAddr, port: u16) -> io::Result<Registry> {
-        let base = match std::env::var_os("XDG_RUNTIME_DIR") {
+        Registry::in_dir(&Registry::base_dir()?.join(format!("{ip}-{port}")))
+    }
+
+    /// The registry of the device on a qemu socket link whose frames socket is
+    /// `frames_local`: keyed by that address, not the device's IP (which exists only on the
+    /// VM's segment, and which two labs may both use).
+    pub fn for_qemu_frames(frames_local: std::net::SocketAddr) -> io::Result<Registry> {
+        let (ip, port) = (frames_local.ip(), frames_local.port());
+        Registry::in_dir(&Registry::base_dir()?.join(format!("qemu-{ip}-{port}")))
+    }
+
+    /// Where the registries live: `$XDG_RUNTIME_DIR/softverbs`, or `/dev/shm/softverbs-<uid>`.
+    fn base_dir() -> io::Result<PathBuf> {
+        Ok(match std::env::var_os("XDG_RUNTIME_DIR") {
             Some(dir) => PathBuf::from(dir).join("softverbs"),
             None => {
                 let uid = std::fs::metadata("/proc/self")?.uid();
                 PathBuf::from(format!("/dev/shm/softverbs-{uid}"))
             }
-        };
-        Registry::in_dir(&base.join(format!("{ip}-{port}")))
+        })
     }
 
     /// A registry in `dir` (created, mode 0700, if absent).

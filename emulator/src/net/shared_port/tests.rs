@@ -7,7 +7,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use super::attach_reuseport_cbpf;
 use super::registry::Registry;
-use super::steering::{self, probe_qpn};
+use super::steering::{self, probe_qpn, Framing};
 
 /// This test's own address (tests keep to 127.x ranges of their own).
 const GROUP_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 29, 0, 1));
@@ -62,11 +62,19 @@ fn probes_find_each_members_index_and_steering_follows_a_departure() {
     let (second, third) = (member(port), member(port));
     let tx = UdpSocket::bind(SocketAddr::new(GROUP_IP, 0)).unwrap();
     // Before any map is known: the probe rule alone.
-    attach_reuseport_cbpf(&first, &steering::program(&[]).unwrap()).unwrap();
+    attach_reuseport_cbpf(
+        &first,
+        &steering::program(Framing::UdpPayload, &[]).unwrap(),
+    )
+    .unwrap();
     let members = [(3u8, &first), (7, &second), (9, &third)];
     let map = probe(&members, &tx, to);
     assert_eq!(map, [(3, 0), (7, 1), (9, 2)], "indices are the join order");
-    attach_reuseport_cbpf(&second, &steering::program(&map).unwrap()).unwrap();
+    attach_reuseport_cbpf(
+        &second,
+        &steering::program(Framing::UdpPayload, &map).unwrap(),
+    )
+    .unwrap();
     for &(slot, s) in &members {
         tx.send_to(&bth(u32::from(slot) << 16 | 2), to).unwrap();
         assert_eq!(next_qpn(s), Some(u32::from(slot) << 16 | 2), "slot {slot}");
@@ -79,7 +87,11 @@ fn probes_find_each_members_index_and_steering_follows_a_departure() {
     let members = [(7u8, &second), (9, &third)];
     let map = probe(&members, &tx, to);
     assert_eq!(map, [(7, 1), (9, 0)]);
-    attach_reuseport_cbpf(&third, &steering::program(&map).unwrap()).unwrap();
+    attach_reuseport_cbpf(
+        &third,
+        &steering::program(Framing::UdpPayload, &map).unwrap(),
+    )
+    .unwrap();
     for &(slot, s) in &members {
         tx.send_to(&bth(u32::from(slot) << 16 | 5), to).unwrap();
         assert_eq!(next_qpn(s), Some(u32::from(slot) << 16 | 5), "slot {slot}");

@@ -1,0 +1,316 @@
+//! One process's membership of a shared device, whatever its datagrams look like: its slot
+//! in the registry, its forwarding socket, the probe rounds that tell each member its index
+//! in the port group and build the steering program, the liveness checks that start a new
+//! round when a member has gone, and where each received datagram belongs (this member, or
+//! another one it is forwarded to).
+//!
+//! The sockets are the faces' (`link` for a UDP port, `qemu_link` for a qemu socket link's
+//! frames socket): a probe round talks to them through [`ProbeFace`].
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::super::DatagramView;
+use super::forward::Forwarder;
+use super::mad_route::{qp1_owner, Qp1Owner};
+use super::probe::Probe;
+use super::registry::{MemberInfo, MembershipLock, Registry, SlotClaim};
+use super::steering::{self, BpfInsn, Framing, PROBE_SLOT};
+
+/// How often the members a program steers to are checked for being alive.
+pub const LIVENESS_PERIOD: Duration = Duration::from_millis(250);
+/// How long a re-probe waits for every member to answer.
+const PROBE_WAIT: Duration = Duration::from_secs(1);
+/// How long a join waits for other members' membership changes to end: many processes
+/// opening a device at once join one after the other, each probe round waiting for every
+/// member's engine thread to be scheduled on a loaded machine.
+pub const MEMBERSHIP_WAIT: Duration = Duration::from_secs(30);
+
+/// What port sharing did, for `devices -v` and the tests.
+#[derive(Debug, Default)]
+pub struct SharedCounters {
+    /// Datagrams passed on to the member they were meant for.
+    pub forwarded_out: AtomicU64,
+    /// Datagrams another member passed on to this one.
+    pub forwarded_in: AtomicU64,
+    /// Datagrams for a slot no live member holds (or whose forwarding queue was full):
+    /// handed to this member's own receive pipeline, which drops them as for an unknown QP.
+    pub dropped_for_gone_members: AtomicU64,
+    /// Probe rounds this member ran.
+    pub probe_rounds: AtomicU64,
+    /// Probes this member answered.
+    pub probes_answered: AtomicU64,
+}
+
+/// What a probe round needs of the member's socket.
+pub trait ProbeFace {
+    /// What the group's sockets receive.
+    fn framing(&self) -> Framing;
+    /// Sends `probe` into the port group, in the face's framing.
+    fn send_probe(&self, probe: Probe) -> io::Result<()>;
+    /// Receives what is waiting on the socket, keeping datagrams for the next receive call
+    /// and answering probes (with [`Member::answer_probe`]) on the way.
+    fn take_ready(&self) -> io::Result<()>;
+    /// Attaches `program` as the group's steering program.
+    fn attach(&self, program: &[BpfInsn]) -> io::Result<()>;
+}
+
+/// Where a received datagram belongs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// To this member's receive pipeline.
+    Here,
+    /// Passed on to the member it names.
+    Forwarded,
+}
+
+struct State {
+    /// What this member published last.
+    info: MemberInfo,
+    /// The members of the program this member attached last (slot, index).
+    steering: Vec<(u8, u32)>,
+    last_liveness_check: Instant,
+    reprobe_wanted: bool,
+}
+
+/// One member of a shared device (see the module docs).
+pub struct Member {
+    forwarder: Forwarder,
+    registry: Registry,
+    claim: SlotClaim,
+    state: Mutex<State>,
+    counters: SharedCounters,
+}
+
+impl Member {
+    /// Claims a slot in `registry` and binds the slot's forwarding socket, named after
+    /// `device` (the address the group's sockets are bound to). Returns the membership lock,
+    /// held until the face has bound its socket and called [`Member::start`].
+    pub fn claim(registry: Registry, device: SocketAddr) -> io::Result<(Member, MembershipLock)> {
+        let held = registry.lock_membership(MEMBERSHIP_WAIT)?;
+        let claim = registry.claim()?;
+        let forwarder = Forwarder::bind(device, claim.slot())?;
+        let member = Member {
+            forwarder,
+            registry,
+            state: Mutex::new(State {
+                info: MemberInfo {
+                    pid: std::process::id(),
+                    index: None,
+                    generation: 0,
+                    qps: 0,
+                },
+                steering: Vec::new(),
+                last_liveness_check: Instant::now(),
+                reprobe_wanted: false,
+            }),
+            claim,
+            counters: SharedCounters::default(),
+        };
+        Ok((member, held))
+    }
+
+    /// Publishes this member and runs the probe round that steers to it too. Returns the
+    /// members the round found (slot, index).
+    pub fn start(&self, held: &MembershipLock, face: &dyn ProbeFace) -> io::Result<Vec<(u8, u32)>> {
+        self.claim.publish(self.state.lock().info)?;
+        self.reprobe(held, face)
+    }
+
+    /// The slot this member holds: its QPNs are `slot << 16 | n`.
+    pub fn slot(&self) -> u8 {
+        self.claim.slot()
+    }
+
+    /// What port sharing did.
+    pub fn counters(&self) -> &SharedCounters {
+        &self.counters
+    }
+
+    /// The forwarding socket (to wait on beside the face's socket, and to read).
+    pub fn forwarder(&self) -> &Forwarder {
+        &self.forwarder
+    }
+
+    /// Publishes this member's QP count (for `devices -v`).
+    pub fn publish_qps(&self, qps: u32) -> io::Result<()> {
+        let mut state = self.state.lock();
+        state.info.qps = qps;
+        self.claim.publish(state.info)
+    }
+
+    /// The QP numbers this member hands out: those of its slot.
+    pub fn qpn_range(&self) -> std::ops::Range<u32> {
+        let base = u32::from(self.slot()) << 16;
+        // 0 and 1 of each slot stay unused, as QP0 and QP1 do in slot 0.
+        base + 2..base + 0x1_0000
+    }
+
+    /// One probe round: every live member learns its index, then the program is built
+    /// from what they answered and attached. A member that does not answer in time gets no
+    /// rule of its own (its datagrams reach it through forwarding). Returns the members
+    /// that answered (slot, index).
+    fn reprobe(&self, held: &MembershipLock, face: &dyn ProbeFace) -> io::Result<Vec<(u8, u32)>> {
+        self.counters.probe_rounds.fetch_add(1, Ordering::Relaxed);
+        let generation = self.registry.next_generation(held)?;
+        let members = self.registry.members()?;
+        let probed = members.len().min(usize::from(u8::MAX));
+        for index in 0..probed as u8 {
+            face.send_probe(Probe {
+                index,
+                generation,
+                members: probed as u16,
+            })?;
+        }
+        let started = Instant::now();
+        let answered = loop {
+            // Our own probe reaches us only through our own receive.
+            face.take_ready()?;
+            let members = self.registry.members()?;
+            let answered: Vec<(u8, u32)> = members
+                .iter()
+                .filter_map(|&(slot, info)| {
+                    let info = info.filter(|i| i.generation == generation)?;
+                    Some((slot, info.index?))
+                })
+                .collect();
+            if answered.len() == members.len() || started.elapsed() > PROBE_WAIT {
+                break answered;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let program = steering::program(face.framing(), &answered).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                "no steering program for members",
+            )
+        })?;
+        face.attach(&program)?;
+        let mut state = self.state.lock();
+        state.steering = answered.clone();
+        state.reprobe_wanted = false;
+        Ok(answered)
+    }
+
+    /// Takes in a probe steered to this member: publishes the index it names.
+    pub fn answer_probe(&self, probe: Probe) {
+        self.counters
+            .probes_answered
+            .fetch_add(1, Ordering::Relaxed);
+        let mut state = self.state.lock();
+        state.info.index = Some(u32::from(probe.index));
+        state.info.generation = probe.generation;
+        let _ = self.claim.publish(state.info);
+    }
+
+    /// Where datagram `d` (no probe) belongs, by the slot in its destination QPN's top byte
+    /// (QP1 by `mad_route`); a datagram for another live member is forwarded to it here.
+    pub fn route(&self, d: DatagramView<'_>) -> Route {
+        let owner = match d.payload.get(5).copied() {
+            Some(0) if d.payload.get(6..8) == Some(&[0, 1]) => self.qp1_owner(d.payload),
+            other => other,
+        };
+        match owner {
+            // QP0, a slot-0xFF QPN that is no probe, or too short to say: this member's.
+            None | Some(0) | Some(PROBE_SLOT) => Route::Here,
+            Some(slot) if slot == self.slot() => Route::Here,
+            Some(slot) => {
+                if matches!(self.forwarder.forward(slot, d), Ok(true)) {
+                    self.counters.forwarded_out.fetch_add(1, Ordering::Relaxed);
+                    return Route::Forwarded;
+                }
+                self.counters
+                    .dropped_for_gone_members
+                    .fetch_add(1, Ordering::Relaxed);
+                // Steered to a member that is gone: the program is stale.
+                let mut state = self.state.lock();
+                if state.steering.iter().any(|&(s, _)| s == slot) {
+                    state.reprobe_wanted = true;
+                }
+                // Delivered here, where no QP has that number: the device's pipeline drops
+                // it and counts an unknown QP, as hardware does.
+                Route::Here
+            }
+        }
+    }
+
+    /// Passes `d` on to member `slot`; true if it went (counted as forwarded when `slot`
+    /// is another member's).
+    pub fn forward(&self, slot: u8, d: DatagramView<'_>) -> bool {
+        let sent = matches!(self.forwarder.forward(slot, d), Ok(true));
+        if sent && slot != self.slot() {
+            self.counters.forwarded_out.fetch_add(1, Ordering::Relaxed);
+        }
+        sent
+    }
+
+    /// Passes `d` on to every other live member (frames every member's station must see:
+    /// ARP); returns how many it reached. Reads the registry, so only for rare datagrams.
+    pub fn forward_to_all(&self, d: DatagramView<'_>) -> usize {
+        let Ok(members) = self.registry.members() else {
+            return 0;
+        };
+        members
+            .iter()
+            .filter(|&&(slot, _)| slot != self.slot())
+            .filter(|&&(slot, _)| self.forward(slot, d))
+            .count()
+    }
+
+    /// The slot a QP1 datagram goes to (see `mad_route`): `None` (here) when it names no
+    /// other live member.
+    pub fn qp1_owner(&self, payload: &[u8]) -> Option<u8> {
+        match qp1_owner(payload) {
+            Qp1Owner::Service(sid) => {
+                let listener = self.registry.listener(sid).ok().flatten();
+                listener.map(|(slot, _)| slot)
+            }
+            Qp1Owner::Slot(slot) => Some(slot),
+            Qp1Owner::Here => None,
+        }
+    }
+
+    /// Enters this member as the listener on CM service `service_id`, so that requests
+    /// for it reaching other members come here. `AddrInUse` if another live member
+    /// listens on it.
+    pub fn listen(&self, service_id: u64) -> io::Result<()> {
+        let held = self.registry.lock_membership(MEMBERSHIP_WAIT)?;
+        self.registry
+            .listen(&held, service_id, self.slot(), std::process::id())
+    }
+
+    /// Removes this member's entry for `service_id` (if it has one).
+    pub fn unlisten(&self, service_id: u64) -> io::Result<()> {
+        let held = self.registry.lock_membership(MEMBERSHIP_WAIT)?;
+        self.registry.unlisten(&held, service_id, self.slot())
+    }
+
+    /// Every [`LIVENESS_PERIOD`]: whether a member the program steers to is gone; if so (or
+    /// a forward found one gone), a re-probe when the membership lock is free. Returns the
+    /// members of the new program when there was a round.
+    pub fn check_membership(&self, face: &dyn ProbeFace) -> io::Result<Option<Vec<(u8, u32)>>> {
+        let wanted = {
+            let mut state = self.state.lock();
+            if state.last_liveness_check.elapsed() >= LIVENESS_PERIOD {
+                state.last_liveness_check = Instant::now();
+                let gone = state
+                    .steering
+                    .iter()
+                    .any(|&(slot, _)| !self.registry.is_held(slot).unwrap_or(true));
+                state.reprobe_wanted |= gone;
+            }
+            state.reprobe_wanted
+        };
+        if wanted {
+            // Another member busy with a change will probe for everyone.
+            if let Ok(held) = self.registry.lock_membership(Duration::ZERO) {
+                return self.reprobe(&held, face).map(Some);
+            }
+        }
+        Ok(None)
+    }
+}
