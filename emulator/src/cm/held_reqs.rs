@@ -10,18 +10,8 @@
 use std::net::IpAddr;
 
 use super::manager::CmManager;
+use super::types::HeldReq;
 use crate::wire::cm::{msg_code, rej_reason, CmMad, CmMessage, ReqRepr, MAD_LEN};
-
-/// A REQ waiting for a listener.
-#[derive(Debug)]
-pub(super) struct HeldReq {
-    from: IpAddr,
-    service_id: u64,
-    remote_comm_id: u32,
-    /// When it is rejected if nobody listened meanwhile.
-    until_ns: u64,
-    mad: Box<[u8; MAD_LEN]>,
-}
 
 impl CmManager {
     /// Holds `req` (whose MAD is `mad`) from `from` until a listener for its service

@@ -12,10 +12,11 @@ use std::net::IpAddr;
 use super::config::CmConfig;
 use super::conn::{Conn, ConnInfo, ConnState};
 use super::counters::CmCounters;
-use super::held_reqs::HeldReq;
 use super::ids::IdGen;
 use super::sidr_state::Sidr;
-use super::types::{CmError, CmEvent, CmEventKind, CmId, CmOutput, QpRequest, RtrAttrs, RtsAttrs};
+use super::types::{
+    CmError, CmEvent, CmEventKind, CmId, CmOutput, HeldReq, QpRequest, RtrAttrs, RtsAttrs,
+};
 use crate::wire::cm::mad::method;
 use crate::wire::cm::{CmMad, CmMessage, MadError, PortSpace};
 

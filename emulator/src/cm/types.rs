@@ -227,3 +227,14 @@ impl CmError {
         }
     }
 }
+
+/// A REQ waiting for a listener (see `held_reqs.rs`).
+#[derive(Debug)]
+pub(super) struct HeldReq {
+    pub(super) from: IpAddr,
+    pub(super) service_id: u64,
+    pub(super) remote_comm_id: u32,
+    /// When it is rejected if nobody listened meanwhile.
+    pub(super) until_ns: u64,
+    pub(super) mad: Box<[u8; crate::wire::cm::MAD_LEN]>,
+}

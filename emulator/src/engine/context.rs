@@ -240,23 +240,7 @@ impl VerbsContext for EmuContext {
     }
 
     fn destroy_cq(&self, cq: u32) -> VerbsResult<()> {
-        let dev = self.dev();
-        let target = dev.cq(cq)?;
-        let in_use = dev
-            .qps
-            .read()
-            .values()
-            .any(|e| Arc::ptr_eq(&e.send_cq, &target) || Arc::ptr_eq(&e.recv_cq, &target));
-        if in_use {
-            return Err(VerbsError::Busy(format!("CQ {cq} still has QPs")));
-        }
-        if let Some(channel) = target.channel() {
-            // EBUSY while events are unacknowledged; libibverbs would block here instead.
-            channel.detach(cq)?;
-        }
-        dev.cqs.write().remove(&cq);
-        dev.forget_async(target.owner(), AsyncElement::Cq(cq));
-        Ok(())
+        self.dev().destroy_cq(cq)
     }
 
     fn resize_cq(&self, cq: u32, cqe: u32) -> VerbsResult<u32> {

@@ -300,6 +300,26 @@ impl Device {
         self.cqs.read().get(&cq).cloned().ok_or_else(|| no_cq(cq))
     }
 
+    /// `ibv_destroy_cq`: EBUSY while QPs use it or its channel has unacknowledged events
+    /// of it (libibverbs would block there instead).
+    pub(crate) fn destroy_cq(&self, cq: u32) -> VerbsResult<()> {
+        let target = self.cq(cq)?;
+        let in_use = self
+            .qps
+            .read()
+            .values()
+            .any(|e| Arc::ptr_eq(&e.send_cq, &target) || Arc::ptr_eq(&e.recv_cq, &target));
+        if in_use {
+            return Err(VerbsError::Busy(format!("CQ {cq} still has QPs")));
+        }
+        if let Some(channel) = target.channel() {
+            channel.detach(cq)?;
+        }
+        self.cqs.write().remove(&cq);
+        self.forget_async(target.owner(), AsyncElement::Cq(cq));
+        Ok(())
+    }
+
     pub(crate) fn check_pd(&self, pd: u32) -> VerbsResult<()> {
         if self.pds.lock().contains_key(&pd) {
             Ok(())
