@@ -12,7 +12,7 @@
 #   - bench/verbs_bench.c (C with no loop of its own beyond post and poll: one process, two
 #     devices, as `softverbs perf ... --loopback`) through the drop-in vs softverbs perf
 #     --loopback, write_bw 64 KiB (-t 128 -Q 100) and send_lat 8 B: the drop-in's own cost,
-#     without perftest's (whose loops read the clock between empty polls).
+#     without whatever perftest's loops add.
 # Bandwidth is the average (4th column of both reports); latency is t_typical (perftest's 5th
 # column, softverbs perf's 4th).
 # Both run as two processes on two devices (127.22.200.x for the drop-in, 127.22.201.x for

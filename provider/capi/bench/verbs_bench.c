@@ -1,8 +1,7 @@
 /* Two benchmarks in plain C through libibverbs, shaped as `softverbs perf ... --loopback`:
  * one process, the first two devices listed, RC, busy-polled CQs. They have no loop of
  * their own beyond post and poll, so that the drop-in's own cost can be told apart from
- * perftest's (whose loops read the clock between empty polls: 14% of ib_send_lat's client
- * and 30% of ib_write_bw's in `perf record` on the drop-in).
+ * whatever perftest's loops add.
  *     verbs_bench send_lat ITERS  8-byte SENDs without inline data, a thread per side, one
  *                                 send in 32 signaled; prints the median half round trip:
  *                                 "send_lat 8 B t_typical X.XX us (N round trips)"
