@@ -27,6 +27,7 @@ use super::member::{Member, ProbeFace, Route, LIVENESS_PERIOD};
 use super::probe::Probe;
 use super::registry::Registry;
 use super::steering::{BpfInsn, Framing};
+use super::unclaimed;
 
 /// Forwarded datagrams taken per receive call.
 const FORWARDED_PER_CALL: usize = 64;
@@ -98,7 +99,7 @@ impl SharedLink {
         }
         match self.member.route(d) {
             Route::Here => Some(d),
-            Route::Forwarded => None,
+            Route::Forwarded | Route::Held => None,
         }
     }
 
@@ -242,13 +243,21 @@ impl Link for SharedLink {
             self.udp.socket().as_raw_fd(),
             self.member.forwarder().as_socket().as_raw_fd(),
         ];
-        let ready = batched_io::wait_any_readable(&fds, timeout.min(LIVENESS_PERIOD))?;
+        // A connection request waiting for its listener is looked at again soon, whatever
+        // arrives meanwhile (see `unclaimed`).
+        let held = !self.member.unclaimed_is_empty();
+        let limit = if held {
+            unclaimed::RECHECK
+        } else {
+            LIVENESS_PERIOD
+        };
+        let ready = batched_io::wait_any_readable(&fds, timeout.min(limit))?;
         // The next receive looks at the forwarding socket only if it was one of them: a
         // receive that finds nothing there costs a blocked waiter a system call per wake.
         if ready & 0b10 != 0 {
             self.forwarder_due.store(true, Ordering::Relaxed);
         }
-        Ok(ready != 0)
+        Ok(ready != 0 || held)
     }
 
     fn recv_ready(&self, max: usize, sink: &mut dyn FnMut(DatagramView<'_>)) -> io::Result<usize> {
@@ -261,6 +270,11 @@ impl Link for SharedLink {
         }
         let forwarder_due = self.forwarder_due.swap(false, Ordering::Relaxed)
             || call.is_multiple_of(FORWARDER_CHECK_EVERY);
+        // Connection requests whose listener is now known (or whose hold ended).
+        if !self.member.unclaimed_is_empty() {
+            let released = self.member.release_held();
+            self.pending.lock().extend(released);
+        }
         let mut total = 0;
         while total < max {
             let Some(d) = self.pending.lock().pop_front() else {

@@ -14,12 +14,13 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::super::DatagramView;
+use super::super::{DatagramView, InDatagram};
 use super::forward::Forwarder;
 use super::mad_route::{qp1_owner, Qp1Owner};
 use super::probe::Probe;
 use super::registry::{MemberInfo, MembershipLock, Registry, SlotClaim};
 use super::steering::{self, BpfInsn, Framing, PROBE_SLOT};
+use super::unclaimed::{Release, Unclaimed};
 
 /// How often the members a program steers to are checked for being alive.
 pub const LIVENESS_PERIOD: Duration = Duration::from_millis(250);
@@ -44,6 +45,8 @@ pub struct SharedCounters {
     pub probe_rounds: AtomicU64,
     /// Probes this member answered.
     pub probes_answered: AtomicU64,
+    /// Connection requests held for a listener not yet in the listen table.
+    pub requests_held: AtomicU64,
 }
 
 /// What a probe round needs of the member's socket.
@@ -66,6 +69,8 @@ pub enum Route {
     Here,
     /// Passed on to the member it names.
     Forwarded,
+    /// A connection request kept until its listener is known (see `unclaimed.rs`).
+    Held,
 }
 
 struct State {
@@ -84,6 +89,7 @@ pub struct Member {
     claim: SlotClaim,
     state: Mutex<State>,
     counters: SharedCounters,
+    unclaimed: Unclaimed,
 }
 
 impl Member {
@@ -110,6 +116,7 @@ impl Member {
             }),
             claim,
             counters: SharedCounters::default(),
+            unclaimed: Unclaimed::default(),
         };
         Ok((member, held))
     }
@@ -211,7 +218,18 @@ impl Member {
     /// (QP1 by `mad_route`); a datagram for another live member is forwarded to it here.
     pub fn route(&self, d: DatagramView<'_>) -> Route {
         let owner = match d.payload.get(5).copied() {
-            Some(0) if d.payload.get(6..8) == Some(&[0, 1]) => self.qp1_owner(d.payload),
+            Some(0) if d.payload.get(6..8) == Some(&[0, 1]) => match qp1_owner(d.payload) {
+                Qp1Owner::Service(sid) => match self.listener(sid) {
+                    Some(slot) => Some(slot),
+                    None if self.unclaimed.hold(sid, d) => {
+                        self.counters.requests_held.fetch_add(1, Ordering::Relaxed);
+                        return Route::Held;
+                    }
+                    None => None,
+                },
+                Qp1Owner::Slot(slot) => Some(slot),
+                Qp1Owner::Here => None,
+            },
             other => other,
         };
         match owner {
@@ -236,6 +254,43 @@ impl Member {
                 Route::Here
             }
         }
+    }
+
+    /// The slot of the member listening on CM service `sid`, if the listen table names one.
+    fn listener(&self, sid: u64) -> Option<u8> {
+        self.registry
+            .listener(sid)
+            .ok()
+            .flatten()
+            .map(|(slot, _)| slot)
+    }
+
+    /// True when no request waits for its listener (one atomic load).
+    pub fn unclaimed_is_empty(&self) -> bool {
+        self.unclaimed.is_empty()
+    }
+
+    /// Requests held for a listener (see `unclaimed.rs`) whose listener is now known, or
+    /// whose hold ended: passed on to it, or returned to be delivered here.
+    pub fn release_held(&self) -> Vec<InDatagram> {
+        if self.unclaimed.is_empty() {
+            return Vec::new();
+        }
+        let mut here = Vec::new();
+        for r in self
+            .unclaimed
+            .release(Instant::now(), self.slot(), |sid| self.listener(sid))
+        {
+            match r {
+                Release::Here(d) => here.push(d),
+                Release::To(slot, d) => {
+                    if !self.forward(slot, d.view()) {
+                        here.push(d);
+                    }
+                }
+            }
+        }
+        here
     }
 
     /// Passes `d` on to member `slot`; true if it went (counted as forwarded when `slot`
@@ -265,10 +320,7 @@ impl Member {
     /// other live member.
     pub fn qp1_owner(&self, payload: &[u8]) -> Option<u8> {
         match qp1_owner(payload) {
-            Qp1Owner::Service(sid) => {
-                let listener = self.registry.listener(sid).ok().flatten();
-                listener.map(|(slot, _)| slot)
-            }
+            Qp1Owner::Service(sid) => self.listener(sid),
             Qp1Owner::Slot(slot) => Some(slot),
             Qp1Owner::Here => None,
         }

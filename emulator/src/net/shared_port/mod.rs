@@ -2,7 +2,8 @@
 //! every process binds the port with `SO_REUSEPORT`, and a classic-BPF program steers each
 //! datagram to the process owning its destination QP. The parts: the program
 //! (`steering`) and its probes (`probe`), the slot registry (with the CM listen table),
-//! the forwarding sockets, the routing of QP1 MADs, the membership that ties them together
+//! the forwarding sockets, the routing of QP1 MADs (and the requests held until their
+//! listener is known, `unclaimed`), the membership that ties them together
 //! whatever a datagram is (`member`), and its two faces: `link` for a UDP port and
 //! `qemu_link` for a qemu socket link's frames socket (the rxe lab's device), where each
 //! datagram is a whole Ethernet frame. The engine opens every UDP and qemu socket device as
@@ -17,6 +18,7 @@ pub mod probe;
 pub mod qemu_link;
 pub mod registry;
 pub mod steering;
+pub mod unclaimed;
 
 pub use super::socket_options::attach_reuseport_cbpf;
 #[cfg(test)]

@@ -37,6 +37,7 @@ use super::member::{Member, ProbeFace, Route, LIVENESS_PERIOD};
 use super::probe::Probe;
 use super::registry::Registry;
 use super::steering::{BpfInsn, Framing};
+use super::unclaimed;
 
 /// Frames (or forwarded datagrams) taken per look at a socket, so that one busy socket
 /// does not starve the other.
@@ -301,6 +302,8 @@ impl Link for SharedQemuLink {
             }
             self.take_forwarded()?;
             self.take_ready()?;
+            let released = self.member.release_held();
+            self.pending.lock().extend(released);
             if let Some(d) = self.pending.lock().pop_front() {
                 return Ok(Some(d));
             }
@@ -312,7 +315,13 @@ impl Link for SharedQemuLink {
                 self.socket.as_raw_fd(),
                 self.member.forwarder().as_socket().as_raw_fd(),
             ];
-            batched_io::wait_any_readable(&fds, left.min(LIVENESS_PERIOD))?;
+            // A request waiting for its listener is looked at again soon (`unclaimed`).
+            let limit = if self.member.unclaimed_is_empty() {
+                LIVENESS_PERIOD
+            } else {
+                unclaimed::RECHECK
+            };
+            batched_io::wait_any_readable(&fds, left.min(limit))?;
         }
     }
 

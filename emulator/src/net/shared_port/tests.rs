@@ -304,6 +304,60 @@ mod shared_links {
         assert!(got.is_empty(), "nothing went through the port to a");
     }
 
+    /// A REQ (UD SEND ONLY to QP1, CM class) for CM service `sid`.
+    fn req_for_service(sid: u64) -> Vec<u8> {
+        use crate::wire::cm::mad::{attr, MAD_HEADER_LEN, MGMT_CLASS_CM};
+        const MAD_AT: usize = 20; // BTH + DETH
+        let mut p = vec![0u8; MAD_AT + 256 + 4];
+        p[..12].copy_from_slice(&bth(1));
+        p[MAD_AT + 1] = MGMT_CLASS_CM;
+        p[MAD_AT + 16..MAD_AT + 18].copy_from_slice(&attr::REQ.to_be_bytes());
+        let at = MAD_AT + MAD_HEADER_LEN + 8;
+        p[at..at + 8].copy_from_slice(&sid.to_be_bytes());
+        p
+    }
+
+    /// A client's REQ that the kernel hands to a member other than the server, before the
+    /// server's listen is in the table, reaches the server once it listens (not the other
+    /// member's CM, which would reject it); a REQ nobody ever listens for goes to the
+    /// member that holds it after the hold.
+    #[test]
+    fn a_request_before_its_listener_reaches_the_listener_once_it_listens() {
+        let ip = IpAddr::V4(Ipv4Addr::new(127, 29, 5, 1));
+        let port = free_port(ip);
+        let reg = scratch_registry("unclaimed");
+        let a = Member::join(&reg, ip, port);
+        let b = Member::join(&reg, ip, port);
+        // Everything through the port goes to a (the kernel's hash for QP1, made sure).
+        let everything_to_a = [super::super::steering::BpfInsn {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        }];
+        crate::net::shared_port::attach_reuseport_cbpf(a.link.socket_for_tests(), &everything_to_a)
+            .unwrap();
+        let tx = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
+        let to = SocketAddr::new(ip, port);
+        let (listened, unlistened) = (0x0106_0000_0000_1234u64, 0x0106_0000_0000_5678u64);
+        tx.send_to(&req_for_service(listened), to).unwrap();
+        tx.send_to(&req_for_service(unlistened), to).unwrap();
+        let held = || a.link.counters().requests_held.load(Ordering::Relaxed);
+        let started = Instant::now();
+        while held() < 2 {
+            assert!(started.elapsed() < Duration::from_secs(5), "not held");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(a.got.try_recv().ok(), None, "a's pipeline got nothing yet");
+        b.link.listen(listened).unwrap();
+        assert_eq!(b.next(), Some(1), "the REQ reached the listener");
+        assert_eq!(b.link.counters().forwarded_in.load(Ordering::Relaxed), 1);
+        // The other one, after its hold: to a's own pipeline (whose CM rejects it).
+        assert_eq!(a.next(), Some(1));
+        assert!(started.elapsed() >= super::super::unclaimed::HOLD);
+        assert_eq!(b.got.try_recv().ok(), None);
+    }
+
     #[test]
     fn a_datagram_the_kernel_gives_the_wrong_member_is_forwarded_to_its_owner() {
         let ip = IpAddr::V4(Ipv4Addr::new(127, 29, 3, 1));
