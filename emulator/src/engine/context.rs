@@ -255,10 +255,15 @@ impl VerbsContext for EmuContext {
         let dev = self.dev();
         // A forked child polling would take its parent's datagrams off the shared socket.
         dev.check_opened_here()?;
-        // ACKs deferred by this thread's last receive: the application is back, so they
-        // leave now unless a post already took them.
-        dev.flush_deferred_acks();
         let n = dev.poll_cq_now(cq, out)?;
+        // ACKs deferred by this thread's last receive leave with its next post, or at its
+        // first empty poll (it is waiting, not about to post): a poll that finds
+        // completions keeps them, so that an application that polls one CQ, then another
+        // that has its answer, then posts (perftest's latency loops poll the send CQ, then
+        // the receive CQ) sends its ACK with the post, not in a send call of its own.
+        if n == 0 {
+            dev.flush_deferred_acks();
+        }
         // An empty CQ: receive what is waiting on the link in this thread rather than wait
         // for the engine thread to be scheduled (it wakes too, and finds the work done);
         // with nothing there either, let a thread queued on this CPU run.
