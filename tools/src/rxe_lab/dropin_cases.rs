@@ -4,11 +4,10 @@
 //! and must exit 0 with their report; the side channel crosses ssh port forwards as in
 //! pingpong_cases.
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::lab_env::LabEnv;
+use super::lab_env::{free_local_port, LabEnv};
 use super::line_tap::{tap_lines, wait_for_line};
 use super::scenario::Direction;
 use super::watchdog::Watchdog;
@@ -33,7 +32,7 @@ pub fn run(env: &LabEnv, device: &str, dir: Direction, mtu: u32) -> Result<Strin
     let guest_cmd = format!(
         "exec timeout {GUEST_LIFETIME_S} ibv_rc_pingpong -d rxe0 -g 1 {common} -p {IBV_PINGPONG_PORT}"
     );
-    let port = free_port()?;
+    let port = free_local_port()?;
     let mut host = Command::new(exe);
     host.env(softverbs_emu::engine::DEVICES_ENV, env.device_spec(device))
         .args(["run", "--", "ibv_rc_pingpong", "-d", device, "-g", "1"])
@@ -137,11 +136,6 @@ pub(super) fn output(child: Child) -> Result<String, String> {
 pub(super) fn last_lines(text: &str) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(3)..].join(" / ")
-}
-
-fn free_port() -> Result<u16, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
 }
 
 /// Waits until something on this host listens on TCP `port` (read from /proc/net/tcp and

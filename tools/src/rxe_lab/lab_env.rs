@@ -20,6 +20,13 @@ pub fn run_dir() -> PathBuf {
     cache.join("run")
 }
 
+/// A TCP port on 127.0.0.1 that nobody holds now: the host end of an ssh forward or a
+/// side channel of a case.
+pub fn free_local_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
+
 /// Settings of a running lab.
 #[derive(Debug, Clone)]
 pub struct LabEnv {

@@ -6,12 +6,11 @@
 //! exit 0, and every report printed must name the run's size and count.
 
 use std::io::{BufRead, BufReader, Read};
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use super::lab_env::LabEnv;
+use super::lab_env::{free_local_port, LabEnv};
 use super::perftest_cases::{report_rows, without_calibration_warnings};
 use super::scenario::Direction;
 use super::watchdog::Watchdog;
@@ -186,13 +185,6 @@ fn spawn_guest(
     Ok((child, out))
 }
 
-fn free_port() -> Result<u16, String> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| e.to_string())
-}
-
 /// Runs `softverbs perf` against perftest's `kind`; softverbs is perftest's client for
 /// `SoftverbsToRxe` and its server for `RxeToSoftverbs`.
 pub fn run(
@@ -203,7 +195,7 @@ pub fn run(
     mtu: u32,
 ) -> Result<String, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let port = free_port()?;
+    let port = free_local_port()?;
     let iters = kind.iters;
     let sizes = if kind.sweep {
         "-a".to_string()

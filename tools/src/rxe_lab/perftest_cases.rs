@@ -14,7 +14,7 @@ use softverbs::{
 };
 
 use super::guest_pair::LAB_QP_TIMEOUT;
-use super::lab_env::LabEnv;
+use super::lab_env::{free_local_port, LabEnv};
 use super::scenario::Direction;
 use super::watchdog::Watchdog;
 use crate::ibv_oob::IBV_PINGPONG_PORT;
@@ -217,10 +217,7 @@ pub fn run(
     };
     let is_client = dir == Direction::SoftverbsToRxe;
     let (child, setup) = if is_client {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|x| x.to_string())?
-            .port();
+        let port = free_local_port()?;
         let child = spawn(
             vec![
                 "-L".into(),

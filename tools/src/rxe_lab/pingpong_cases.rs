@@ -9,7 +9,7 @@ use std::time::Duration;
 use softverbs::Mtu;
 
 use super::guest_pair::LAB_QP_TIMEOUT;
-use super::lab_env::LabEnv;
+use super::lab_env::{free_local_port, LabEnv};
 use super::scenario::Direction;
 use super::watchdog::Watchdog;
 use crate::ibv_oob::IBV_PINGPONG_PORT;
@@ -67,11 +67,6 @@ fn wait_guest(env: &LabEnv, mut child: Child) -> Result<String, String> {
         ));
     }
     Ok(text)
-}
-
-fn free_local_port() -> Result<u16, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
 }
 
 /// One ping-pong of `kind` with `size`-byte messages at path MTU `mtu`; `dir` names who sends

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::dropin_cases::{last_lines, output};
-use super::lab_env::LabEnv;
+use super::lab_env::{free_local_port, LabEnv};
 use super::line_tap::{tap_lines, wait_for_line};
 use super::watchdog::Watchdog;
 use crate::ibv_oob::IBV_PINGPONG_PORT;
@@ -127,10 +127,7 @@ fn start_guest(
     mtu: u32,
     size: usize,
 ) -> Result<(u16, Child, std::thread::JoinHandle<String>), String> {
-    let local_port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-        l.local_addr().map_err(|e| e.to_string())?.port()
-    };
+    let local_port = free_local_port()?;
     // -e: the program sleeps on CQ events, leaving the guest's CPUs to rxe.
     let cmd = format!(
         "exec timeout {GUEST_LIFETIME_S} ibv_rc_pingpong -e -d rxe0 -g 1 -m {mtu} -s {size} -n {ITERS} -p {guest_port}"
