@@ -251,18 +251,34 @@ mod shared_links {
         assert_eq!(kept, [2 << 16 | 9], "one member's pipeline sees it, once");
     }
 
-    /// A REP (UD SEND ONLY to QP1, CM class) whose remote communication ID names `slot`.
-    fn rep_for_slot(slot: u8) -> Vec<u8> {
-        use crate::wire::cm::mad::{attr, MAD_HEADER_LEN, MGMT_CLASS_CM};
+    /// A steering program that hands every datagram to index 0 (the first member), as a
+    /// stale program could, or as the kernel's hash may for QP1.
+    const EVERYTHING_TO_FIRST: [super::super::steering::BpfInsn; 1] =
+        [super::super::steering::BpfInsn {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        }];
+
+    /// A CM MAD of `attribute` (UD SEND ONLY to QP1, CM class) with `field` at offset `at`
+    /// of its data.
+    fn cm_mad(attribute: u16, at: usize, field: &[u8]) -> Vec<u8> {
+        use crate::wire::cm::mad::{MAD_HEADER_LEN, MGMT_CLASS_CM};
         const MAD_AT: usize = 20; // BTH + DETH
         let mut p = vec![0u8; MAD_AT + 256 + 4];
         p[..12].copy_from_slice(&bth(1));
         p[MAD_AT + 1] = MGMT_CLASS_CM;
-        p[MAD_AT + 16..MAD_AT + 18].copy_from_slice(&attr::REP.to_be_bytes());
-        let remote_id = u32::from(slot) << 24 | 0x00ab_cdef;
-        let at = MAD_AT + MAD_HEADER_LEN + 4;
-        p[at..at + 4].copy_from_slice(&remote_id.to_be_bytes());
+        p[MAD_AT + 16..MAD_AT + 18].copy_from_slice(&attribute.to_be_bytes());
+        let at = MAD_AT + MAD_HEADER_LEN + at;
+        p[at..at + field.len()].copy_from_slice(field);
         p
+    }
+
+    /// A REP whose remote communication ID (data offset 4) names `slot`.
+    fn rep_for_slot(slot: u8) -> Vec<u8> {
+        let remote_id = u32::from(slot) << 24 | 0x00ab_cdef;
+        cm_mad(crate::wire::cm::mad::attr::REP, 4, &remote_id.to_be_bytes())
     }
 
     #[test]
@@ -274,14 +290,11 @@ mod shared_links {
         let b = Member::join(&reg, ip, port);
         // Everything through the port goes to a, which no longer reads (as a process
         // that sends its last MAD and exits): what reaches b came past the port.
-        let everything_to_a = [super::super::steering::BpfInsn {
-            code: 0x06,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        }];
-        crate::net::shared_port::attach_reuseport_cbpf(a.link.socket_for_tests(), &everything_to_a)
-            .unwrap();
+        crate::net::shared_port::attach_reuseport_cbpf(
+            a.link.socket_for_tests(),
+            &EVERYTHING_TO_FIRST,
+        )
+        .unwrap();
         a.stop.store(true, Ordering::Relaxed);
         if let Some(p) = a.pump.take() {
             p.join().unwrap();
@@ -304,17 +317,9 @@ mod shared_links {
         assert!(got.is_empty(), "nothing went through the port to a");
     }
 
-    /// A REQ (UD SEND ONLY to QP1, CM class) for CM service `sid`.
+    /// A REQ for CM service `sid` (data offset 8).
     fn req_for_service(sid: u64) -> Vec<u8> {
-        use crate::wire::cm::mad::{attr, MAD_HEADER_LEN, MGMT_CLASS_CM};
-        const MAD_AT: usize = 20; // BTH + DETH
-        let mut p = vec![0u8; MAD_AT + 256 + 4];
-        p[..12].copy_from_slice(&bth(1));
-        p[MAD_AT + 1] = MGMT_CLASS_CM;
-        p[MAD_AT + 16..MAD_AT + 18].copy_from_slice(&attr::REQ.to_be_bytes());
-        let at = MAD_AT + MAD_HEADER_LEN + 8;
-        p[at..at + 8].copy_from_slice(&sid.to_be_bytes());
-        p
+        cm_mad(crate::wire::cm::mad::attr::REQ, 8, &sid.to_be_bytes())
     }
 
     /// A client's REQ that the kernel hands to a member other than the server, before the
@@ -329,14 +334,11 @@ mod shared_links {
         let a = Member::join(&reg, ip, port);
         let b = Member::join(&reg, ip, port);
         // Everything through the port goes to a (the kernel's hash for QP1, made sure).
-        let everything_to_a = [super::super::steering::BpfInsn {
-            code: 0x06,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        }];
-        crate::net::shared_port::attach_reuseport_cbpf(a.link.socket_for_tests(), &everything_to_a)
-            .unwrap();
+        crate::net::shared_port::attach_reuseport_cbpf(
+            a.link.socket_for_tests(),
+            &EVERYTHING_TO_FIRST,
+        )
+        .unwrap();
         let tx = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
         let to = SocketAddr::new(ip, port);
         let (listened, unlistened) = (0x0106_0000_0000_1234u64, 0x0106_0000_0000_5678u64);
@@ -365,13 +367,7 @@ mod shared_links {
         let reg = scratch_registry("forward");
         let a = Member::join(&reg, ip, port);
         let b = Member::join(&reg, ip, port);
-        // A program that steers everything to index 0 (a), as a stale one could.
-        let everything_to_a = [super::super::steering::BpfInsn {
-            code: 0x06,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        }];
+        // Everything steered to index 0 (a) below, as a stale program could.
         let tx = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
         let forwarded = || a.link.counters().forwarded_out.load(Ordering::Relaxed);
         // A member that has just joined may still publish its own program (its probe
@@ -380,7 +376,7 @@ mod shared_links {
         for _ in 0..5 {
             crate::net::shared_port::attach_reuseport_cbpf(
                 a.link.socket_for_tests(),
-                &everything_to_a,
+                &EVERYTHING_TO_FIRST,
             )
             .unwrap();
             let before = forwarded();
