@@ -14,7 +14,7 @@ use super::types::HeldReq;
 use crate::wire::cm::{msg_code, rej_reason, CmMad, CmMessage, ReqRepr, MAD_LEN};
 
 impl CmManager {
-    /// Holds `req` (whose MAD is `mad`) from `from` until a listener for its service
+    /// Holds `req` (whose MAD is `mad`, transaction `tid`) from `from` until a listener for its service
     /// appears or the hold ends; false if it cannot be held (table full, or not a MAD of
     /// the expected size), and the caller rejects it now. A retransmission of a REQ held
     /// already is absorbed.
@@ -22,6 +22,7 @@ impl CmManager {
         &mut self,
         now_ns: u64,
         from: IpAddr,
+        tid: u64,
         req: &ReqRepr,
         mad: &[u8],
     ) -> bool {
@@ -41,6 +42,7 @@ impl CmManager {
         self.counters.reqs_held += 1;
         self.held_reqs.push(HeldReq {
             from,
+            tid,
             service_id: req.service_id,
             remote_comm_id: req.local_comm_id,
             until_ns: now_ns.saturating_add(self.cfg.req_hold_ns),
@@ -75,11 +77,10 @@ impl CmManager {
             .partition(|h| h.until_ns <= now_ns);
         self.held_reqs = kept;
         for h in due {
-            let tid = CmMad::parse(&h.mad[..]).map_or(0, |m| m.header.transaction_id);
             let ids = (0, h.remote_comm_id);
             self.send_rej(
                 h.from,
-                tid,
+                h.tid,
                 ids,
                 msg_code::REQ,
                 rej_reason::INVALID_SERVICE_ID,

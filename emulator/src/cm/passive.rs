@@ -61,7 +61,8 @@ impl CmManager {
         }
         if let Err(reason) = self.admit_req(from, tid, req) {
             if let Some((now_ns, mad)) = arrival {
-                if reason == rej_reason::INVALID_SERVICE_ID && self.hold_req(now_ns, from, req, mad)
+                if reason == rej_reason::INVALID_SERVICE_ID
+                    && self.hold_req(now_ns, from, tid, req, mad)
                 {
                     return;
                 }

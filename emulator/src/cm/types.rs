@@ -232,6 +232,8 @@ impl CmError {
 #[derive(Debug)]
 pub(super) struct HeldReq {
     pub(super) from: IpAddr,
+    /// Its transaction ID, which the REJ repeats.
+    pub(super) tid: u64,
     pub(super) service_id: u64,
     pub(super) remote_comm_id: u32,
     /// When it is rejected if nobody listened meanwhile.
