@@ -2,16 +2,14 @@
 //! socket standing in for qemu (frames in, frames out), as `qemu_socket`'s own test does.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use crossbeam_channel::Receiver;
 
 use super::qemu_link::SharedQemuLink;
 use super::registry::Registry;
 use super::steering::BpfInsn;
-use super::tests::scratch_registry;
+use super::tests::{scratch_registry, Pump};
 use crate::net::{Link, OutPacket};
 use crate::wire::{emit_ethernet_frame, write_icrc, IcrcContext, IpHeaderInfo, IPV4_FLAG_DF};
 
@@ -20,13 +18,10 @@ const OUR_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 const GUEST_MAC: [u8; 6] = [0x52, 0x54, 0x00, 0x77, 0x00, 0x02];
 const GUEST_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
 
-/// A member and the thread that receives for it (the engine thread's stand-in), handing
-/// each delivered destination QPN to a channel.
+/// A member and the thread that receives for it.
 struct Member {
+    pump: Pump,
     link: Arc<SharedQemuLink>,
-    got: Receiver<u32>,
-    stop: Arc<AtomicBool>,
-    pump: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Member {
@@ -35,30 +30,20 @@ impl Member {
         let link =
             SharedQemuLink::join_registry(reg.clone(), frames_local, qemu, OUR_MAC, ip, 4791);
         let link = Arc::new(link.unwrap());
-        let (tx, got) = crossbeam_channel::unbounded();
-        let stop = Arc::new(AtomicBool::new(false));
         let pump = {
-            let (link, stop) = (link.clone(), stop.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    if let Some(d) = link.recv(Duration::from_millis(5)).unwrap() {
-                        let p = &d.payload;
-                        assert_eq!(d.dst, SocketAddr::new(IpAddr::V4(OUR_IP), 4791));
-                        let _ = tx.send(u32::from_be_bytes([0, p[5], p[6], p[7]]));
-                    }
+            let link = link.clone();
+            Pump::start(move |deliver| {
+                if let Some(d) = link.recv(Duration::from_millis(5)).unwrap() {
+                    assert_eq!(d.dst, SocketAddr::new(IpAddr::V4(OUR_IP), 4791));
+                    deliver(&d.payload);
                 }
             })
         };
-        Member {
-            link,
-            got,
-            stop,
-            pump: Some(pump),
-        }
+        Member { pump, link }
     }
 
     fn next(&self) -> Option<u32> {
-        self.got.recv_timeout(Duration::from_secs(2)).ok()
+        self.pump.next()
     }
 
     fn forwarded_out(&self) -> u64 {
@@ -73,15 +58,6 @@ impl Member {
 
     fn slot(&self) -> u32 {
         u32::from(self.link.shared_port().unwrap().slot())
-    }
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(p) = self.pump.take() {
-            let _ = p.join();
-        }
     }
 }
 
@@ -189,7 +165,7 @@ fn frames_reach_the_member_owning_their_qpn_and_arp_reaches_every_station() {
     qemu.send_to(&roce_frame(1), frames_local).unwrap();
     let qp1_seen = [&a, &b]
         .iter()
-        .filter(|m| m.got.recv_timeout(Duration::from_millis(300)) == Ok(1))
+        .filter(|m| m.pump.got.recv_timeout(Duration::from_millis(300)) == Ok(1))
         .count();
     assert_eq!(qp1_seen, 1);
 
@@ -207,7 +183,7 @@ fn frames_reach_the_member_owning_their_qpn_and_arp_reaches_every_station() {
         };
         strangers(&a) + strangers(&b) == 1
     });
-    assert!(a.got.recv_timeout(Duration::from_millis(100)).is_err());
+    assert!(a.pump.got.recv_timeout(Duration::from_millis(100)).is_err());
 
     // ARP reaches one member through the port and the other through it: both stations
     // answer, and both learnt the guest's MAC (their packets go out at once, no request).
@@ -270,7 +246,7 @@ fn a_frame_the_kernel_gives_the_wrong_member_is_forwarded_to_its_owner() {
         .forwarded_in
         .load(Ordering::Relaxed);
     assert_eq!(forwarded_in, 1);
-    assert!(a.got.try_recv().is_err(), "a kept nothing");
+    assert!(a.pump.got.try_recv().is_err(), "a kept nothing");
 }
 
 #[test]

@@ -98,65 +98,95 @@ fn probes_find_each_members_index_and_steering_follows_a_departure() {
     }
 }
 
+/// A thread that receives for a member (an engine thread's stand-in), handing each
+/// delivered datagram's destination QPN to `got`; stopped when dropped.
+pub(crate) struct Pump {
+    /// The destination QPNs delivered, in order.
+    pub(crate) got: crossbeam_channel::Receiver<u32>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Pump {
+    /// Calls `receive` (one bounded wait, then each datagram it delivered, given to the
+    /// callback as its UDP payload) until stopped.
+    pub(crate) fn start(receive: impl Fn(&mut dyn FnMut(&[u8])) + Send + 'static) -> Pump {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let (tx, got) = crossbeam_channel::unbounded();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    receive(&mut |p| {
+                        let _ = tx.send(u32::from_be_bytes([0, p[5], p[6], p[7]]));
+                    });
+                }
+            })
+        };
+        Pump {
+            got,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// The next QPN delivered, within 2 s.
+    pub(crate) fn next(&self) -> Option<u32> {
+        self.got.recv_timeout(Duration::from_secs(2)).ok()
+    }
+
+    /// Stops receiving (as a process that exits) and waits for the thread, which must not
+    /// have panicked.
+    pub(crate) fn stop(&mut self) {
+        self.halt().unwrap();
+    }
+
+    fn halt(&mut self) -> std::thread::Result<()> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().map_or(Ok(()), |t| t.join())
+    }
+}
+
+impl Drop for Pump {
+    fn drop(&mut self) {
+        // A test that failed already must not panic twice here.
+        let _ = self.halt();
+    }
+}
+
 mod shared_links {
     use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::Ordering;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use crossbeam_channel::{Receiver, Sender};
-
-    use super::bth;
+    use super::{bth, Pump};
     use crate::net::shared_port::link::SharedLink;
     use crate::net::Link;
 
-    /// A member and the thread that receives for it (an engine thread's stand-in),
-    /// handing each delivered destination QPN to a channel.
+    /// A member and the thread that receives for it.
     struct Member {
+        pump: Pump,
         link: Arc<SharedLink>,
-        got: Receiver<u32>,
-        stop: Arc<AtomicBool>,
-        pump: Option<std::thread::JoinHandle<()>>,
     }
 
     impl Member {
         fn join(reg: &Registry, ip: IpAddr, port: u16) -> Member {
             let link = Arc::new(SharedLink::join_registry(reg.clone(), ip, port).unwrap());
-            let (tx, got): (Sender<u32>, _) = crossbeam_channel::unbounded();
-            let stop = Arc::new(AtomicBool::new(false));
             let pump = {
-                let (link, stop) = (link.clone(), stop.clone());
-                std::thread::spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        if link.wait_readable(Duration::from_millis(5)).unwrap() {
-                            link.recv_ready(64, &mut |d| {
-                                let p = d.payload;
-                                let _ = tx.send(u32::from_be_bytes([0, p[5], p[6], p[7]]));
-                            })
-                            .unwrap();
-                        }
+                let link = link.clone();
+                Pump::start(move |deliver| {
+                    if link.wait_readable(Duration::from_millis(5)).unwrap() {
+                        link.recv_ready(64, &mut |d| deliver(d.payload)).unwrap();
                     }
                 })
             };
-            Member {
-                link,
-                got,
-                stop,
-                pump: Some(pump),
-            }
+            Member { pump, link }
         }
 
         fn next(&self) -> Option<u32> {
-            self.got.recv_timeout(Duration::from_secs(2)).ok()
-        }
-    }
-
-    impl Drop for Member {
-        fn drop(&mut self) {
-            self.stop.store(true, Ordering::Relaxed);
-            if let Some(p) = self.pump.take() {
-                let _ = p.join();
-            }
+            self.pump.next()
         }
     }
 
@@ -202,7 +232,7 @@ mod shared_links {
         send(1);
         let qp1_seen = [&a, &b, &c]
             .iter()
-            .filter(|m| m.got.recv_timeout(Duration::from_millis(300)) == Ok(1))
+            .filter(|m| m.pump.got.recv_timeout(Duration::from_millis(300)) == Ok(1))
             .count();
         assert_eq!(qp1_seen, 1);
 
@@ -246,7 +276,7 @@ mod shared_links {
         }
         let kept: Vec<u32> = [&a, &c]
             .iter()
-            .filter_map(|m| m.got.recv_timeout(Duration::from_millis(300)).ok())
+            .filter_map(|m| m.pump.got.recv_timeout(Duration::from_millis(300)).ok())
             .collect();
         assert_eq!(kept, [2 << 16 | 9], "one member's pipeline sees it, once");
     }
@@ -295,10 +325,7 @@ mod shared_links {
             &EVERYTHING_TO_FIRST,
         )
         .unwrap();
-        a.stop.store(true, Ordering::Relaxed);
-        if let Some(p) = a.pump.take() {
-            p.join().unwrap();
-        }
+        a.pump.stop();
         let mut out = vec![crate::net::OutPacket {
             dst_ip: ip,
             udp_dst_port: port,
@@ -350,14 +377,18 @@ mod shared_links {
             assert!(started.elapsed() < Duration::from_secs(5), "not held");
             std::thread::sleep(Duration::from_millis(1));
         }
-        assert_eq!(a.got.try_recv().ok(), None, "a's pipeline got nothing yet");
+        assert_eq!(
+            a.pump.got.try_recv().ok(),
+            None,
+            "a's pipeline got nothing yet"
+        );
         b.link.listen(listened).unwrap();
         assert_eq!(b.next(), Some(1), "the REQ reached the listener");
         assert_eq!(b.link.counters().forwarded_in.load(Ordering::Relaxed), 1);
         // The other one, after its hold: to a's own pipeline (whose CM rejects it).
         assert_eq!(a.next(), Some(1));
         assert!(started.elapsed() >= super::super::unclaimed::HOLD);
-        assert_eq!(b.got.try_recv().ok(), None);
+        assert_eq!(b.pump.got.try_recv().ok(), None);
     }
 
     #[test]
@@ -389,6 +420,6 @@ mod shared_links {
         }
         assert_eq!(forwarded(), 1, "one datagram reached b through a");
         assert_eq!(b.link.counters().forwarded_in.load(Ordering::Relaxed), 1);
-        assert!(a.got.try_recv().is_err(), "a kept nothing");
+        assert!(a.pump.got.try_recv().is_err(), "a kept nothing");
     }
 }
