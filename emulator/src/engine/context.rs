@@ -269,12 +269,12 @@ impl VerbsContext for EmuContext {
         // with nothing there either, let a thread queued on this CPU run.
         if n == 0 && !out.is_empty() {
             if super::engine_thread::receive_if_free(dev) > 0 {
-                super::engine_thread::poll_found_work();
+                super::poll_yield::poll_found_work();
                 return dev.poll_cq_now(cq, out);
             }
-            super::engine_thread::yield_after_empty_poll();
+            super::poll_yield::after_empty_poll();
         } else {
-            super::engine_thread::poll_found_work();
+            super::poll_yield::poll_found_work();
         }
         Ok(n)
     }

@@ -31,11 +31,14 @@ const RX_ROUNDS: usize = 8;
 /// responder progresses without the application.
 const APP_POLL_NAP: Duration = Duration::from_micros(100);
 /// The longest nap: each nap the application polled through doubles the next one up to
-/// this. Each wake-up costs the polling thread its CPU for a context switch (at 100 us naps,
-/// a 64 KiB WRITE stream lost 8% of a core to them); the price is a later take-over of the
-/// link by an application that stops polling without arming a CQ first, and timers that
-/// fire up to this late (the link wait's own bound, `MAX_SLEEP`, is longer).
-const APP_POLL_NAP_MAX: Duration = Duration::from_millis(1);
+/// this, the bound of any wait of this thread (`MAX_SLEEP`), so timers fire no later than
+/// they would otherwise. Each wake-up takes the CPU from a polling thread for a context
+/// switch (at 100 us naps, a 64 KiB WRITE stream lost 8% of a core to them), and on a
+/// two-core machine it lands in a round trip of a ping-pong: at 1 ms the two engine threads'
+/// 2,000 wake-ups a second reached 1 in 100 of a loopback SEND ping-pong's round trips,
+/// which made its t_99 2-4 times its median. The price is a later take-over of the link
+/// by an application that stops polling without arming a CQ first.
+const APP_POLL_NAP_MAX: Duration = MAX_SLEEP;
 /// Longest wait of [`wait_for_traffic`]: well under a nap, so that a waiting application
 /// keeps counting as polling.
 const APP_WAIT_MAX: Duration = Duration::from_micros(50);
@@ -289,48 +292,6 @@ pub(crate) fn wait_for_traffic(dev: &Device, timeout: Duration) -> bool {
     ready
 }
 
-/// Empty polls in a row before an application thread starts yielding its CPU (see
-/// [`yield_after_empty_poll`]).
-const YIELD_AFTER: u32 = 2;
-/// After those, it yields on one empty poll in this many.
-const YIELD_EVERY: u32 = 2;
-
-thread_local! {
-    /// Empty polls of this thread since its last poll that found something.
-    static EMPTY_POLLS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
-
-/// After an empty poll that found nothing on the link either: once the thread has polled
-/// [`YIELD_AFTER`] times in vain, gives its CPU to a thread waiting for it (`sched_yield`)
-/// on one such poll in [`YIELD_EVERY`].
-///
-/// When every CPU is busy (a compiler beside the tests), the thread this poll waits for,
-/// woken by the packet this thread sent, is usually queued on this very CPU: the kernel
-/// places a woken thread beside its waker when no CPU is idle. A spinning poller then keeps
-/// it off until its time slice ends: a loopback SEND ping-pong took 30-250 us per half
-/// round trip, t_99 540 us, with one CPU-bound competitor on two cores. Yielding lets it
-/// run (`softverbs perf send_lat --loopback -s 8 --baseline --contend 1`: 10.3 us, t_99
-/// 26 us; blocking UDP 5.8 us). The first polls of a wait do not yield: a bandwidth test's
-/// waits for its next ACK are short, and a yield there hands the CPU to the competitor
-/// (WRITE 64 KiB fell from 64% to 56% of UDP when every empty poll could yield; with these
-/// two it stays at 64%, and the ping-pong would take 8.9 us). On an idle machine a yield
-/// returns at once (4.85 against 4.78 us).
-pub(crate) fn yield_after_empty_poll() {
-    let n = EMPTY_POLLS.with(|c| {
-        let n = c.get().saturating_add(1);
-        c.set(n);
-        n
-    });
-    if n > YIELD_AFTER && n.is_multiple_of(YIELD_EVERY) {
-        std::thread::yield_now();
-    }
-}
-
-/// A poll found something: the next empty one starts a new wait.
-pub(crate) fn poll_found_work() {
-    EMPTY_POLLS.with(|c| c.set(0));
-}
-
 /// Tells the engine thread an application is polling (any change of the counter will do,
 /// so a racy load-and-store is enough and cheaper than an atomic add).
 fn note_app_poll(dev: &Device) {
@@ -423,8 +384,8 @@ mod tests {
     #[test]
     fn naps_double_while_the_application_polls_and_restart_short_when_it_stops() {
         let mut nap = NapBackoff::default();
-        let lengths: Vec<u128> = (0..6).map(|_| nap.next().as_micros()).collect();
-        assert_eq!(lengths, [100, 200, 400, 800, 1000, 1000]);
+        let lengths: Vec<u128> = (0..9).map(|_| nap.next().as_micros()).collect();
+        assert_eq!(lengths, [100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000]);
         nap.reset();
         assert_eq!(nap.next(), APP_POLL_NAP);
         assert_eq!(nap.next(), APP_POLL_NAP * 2);

@@ -9,7 +9,8 @@
 //! `receive` (the receive pipeline: ICRC, parse, header checks, dispatch); `datapath` (a
 //! transport call on a QP and the delivery of what it produced, with the ACK hold of
 //! `ack_hold`); `engine_thread` (the thread that receives and fires timers, and the
-//! `DeviceRuntime` that owns it); `context` (the [`softverbs_api::VerbsContext`] impl over
+//! `DeviceRuntime` that owns it) with `poll_yield` (what a polling application thread does
+//! with its CPU between empty polls); `context` (the [`softverbs_api::VerbsContext`] impl over
 //! them). `device_list` and `registry` find and open devices (a UDP device as one member
 //! of the processes sharing its port, see docs/shared-devices.md), `fork_guard` keeps a
 //! forked child off the devices it inherited; `event_queue` is the one
@@ -38,6 +39,7 @@ mod fork_guard;
 pub mod gsi;
 mod id_hash;
 pub mod limits;
+mod poll_yield;
 pub mod receive;
 mod receive_batch;
 pub mod registry;

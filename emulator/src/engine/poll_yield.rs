@@ -1,0 +1,323 @@
+//! What an application thread that polls an empty CQ does with its CPU: after a few empty
+//! polls it yields it (`sched_yield`) now and then, and when its yields keep handing the
+//! CPU to another thread while some other CPU idles, it moves itself off the shared CPU.
+//!
+//! Why yield: when every CPU is busy (a compiler beside the tests), the thread a poll waits
+//! for, woken by the packet this thread sent, is usually queued on this very CPU: the kernel
+//! places a woken thread beside its waker when no CPU is idle. A spinning poller then keeps
+//! it off until its time slice ends: a loopback SEND ping-pong took 30-250 us per half
+//! round trip, t_99 540 us, with one CPU-bound competitor on two cores. Yielding lets it
+//! run (`softverbs perf send_lat --loopback -s 8 --baseline --contend 1`: 10.3 us, t_99
+//! 26 us; blocking UDP 5.8 us). The first polls of a wait do not yield: a bandwidth test's
+//! waits for its next ACK are short, and a yield there hands the CPU to the competitor
+//! (WRITE 64 KiB fell from 64% to 56% of UDP when every empty poll could yield; with
+//! [`YIELD_AFTER`] it stays at 64%). On an idle machine a yield returns at once.
+//!
+//! Why move: the same placement also happens on a quiet machine. A thread that slept (a
+//! wait for traffic, a blocking side channel) is woken by its peer's packet onto the
+//! peer's CPU, and two polling threads then share one CPU through their yields, about
+//! 10 us per half round trip instead of 4.7, while the other CPU idles. The kernel's
+//! load balancer leaves them there for tens of milliseconds (two threads that run all the
+//! time are "cache hot"): a quarter of a 20,000-round-trip `send_lat` ran that way in
+//! one run of three, which alone put t_99 over 10 us. So once [`MOVE_AFTER`] yields in a
+//! row gave the CPU away, and the system's runnable threads are no more than this thread's
+//! CPUs (so one of them idles), the thread takes its current CPU out of its affinity for
+//! a moment: the kernel moves it to another one, and the original affinity is restored at
+//! once (a placement, not a pin). With a competitor on every CPU the threads stay
+//! together: yielding to each other beats sharing a CPU with the competitor.
+
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+use nix::sched::{sched_getaffinity, sched_getcpu, sched_setaffinity, CpuSet};
+use nix::unistd::Pid;
+
+/// Empty polls in a row before the thread starts yielding its CPU.
+const YIELD_AFTER: u32 = 2;
+/// After those, a thread that shares its CPU yields on one empty poll in this many.
+const YIELD_EVERY: u32 = 2;
+/// A thread whose yields find nobody to run yields on one empty poll in this many, to see
+/// whether that changed: each yield is a system call, and a datagram that arrives during
+/// one waits for its end (0.1-0.2 us of a quiet ping-pong's half round trip).
+const PROBE_EVERY: u32 = 32;
+/// Yields in a row that found nobody to run before a thread stops yielding often.
+const QUIET_AFTER: u32 = 32;
+/// A yield that took this long ran another thread on this CPU (one that finds nothing to
+/// run returns in well under a microsecond).
+const YIELD_SWITCHED: Duration = Duration::from_micros(2);
+/// Yields in a row that ran another thread before the thread considers moving, at least;
+/// each thread adds a share of this again of its own, so that two threads sharing a CPU
+/// do not both move, to the same other CPU, at the same moment.
+const MOVE_AFTER: u32 = 16;
+/// Least time between two looks at the system's load (a read of /proc/loadavg) by one
+/// thread: with a competitor on every CPU the yields keep switching, and the look answers
+/// "stay" each time.
+const MOVE_CHECK_EVERY: Duration = Duration::from_millis(20);
+
+/// One polling thread's yield state.
+#[derive(Clone, Copy)]
+struct YieldState {
+    /// Empty polls since the last poll that found something.
+    empty_polls: u32,
+    /// The thread's yields ran other threads lately: it yields every [`YIELD_EVERY`]
+    /// empty polls, not every [`PROBE_EVERY`].
+    sharing: bool,
+    /// Yields in a row that found nobody to run.
+    quick_yields: u32,
+    /// Yields in a row that ran another thread.
+    switched_yields: u32,
+    /// This thread's count of those that makes it look at the load.
+    move_after: u32,
+    /// When the thread last looked at the load.
+    last_move_check: Option<Instant>,
+}
+
+impl YieldState {
+    /// A thread's first state: sharing, as under load the first waits must already yield;
+    /// `spread` (any number that differs between threads) sets its `move_after`.
+    fn new(spread: u32) -> YieldState {
+        YieldState {
+            empty_polls: 0,
+            sharing: true,
+            quick_yields: 0,
+            switched_yields: 0,
+            move_after: MOVE_AFTER + spread % MOVE_AFTER,
+            last_move_check: None,
+        }
+    }
+}
+
+thread_local! {
+    static STATE: Cell<YieldState> = Cell::new(YieldState::new(thread_spread()));
+}
+
+/// A number that differs between threads (and runs): the clock's nanoseconds when the
+/// thread first polled in vain, mixed with the address of one of its thread-locals.
+fn thread_spread() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let local = 0u8;
+    let address = std::ptr::addr_of!(local) as usize as u32;
+    (nanos ^ address.rotate_left(16)).wrapping_mul(0x9E37_79B9) >> 7
+}
+
+impl YieldState {
+    /// Counts an empty poll; true if this one should yield.
+    fn empty_poll(&mut self) -> bool {
+        self.empty_polls = self.empty_polls.saturating_add(1);
+        let every = if self.sharing {
+            YIELD_EVERY
+        } else {
+            PROBE_EVERY
+        };
+        self.empty_polls > YIELD_AFTER && self.empty_polls.is_multiple_of(every)
+    }
+
+    /// Learns from a yield that took `took`; true when the thread should look at the load
+    /// (its yields keep giving the CPU away, and it has not looked lately).
+    fn yielded(&mut self, took: Duration, now: Instant) -> bool {
+        if took < YIELD_SWITCHED {
+            self.switched_yields = 0;
+            self.quick_yields = self.quick_yields.saturating_add(1);
+            if self.quick_yields >= QUIET_AFTER {
+                self.sharing = false;
+            }
+            return false;
+        }
+        self.sharing = true;
+        self.quick_yields = 0;
+        self.switched_yields = self.switched_yields.saturating_add(1);
+        if self.switched_yields < self.move_after {
+            return false;
+        }
+        self.switched_yields = 0;
+        if self
+            .last_move_check
+            .is_some_and(|t| now.duration_since(t) < MOVE_CHECK_EVERY)
+        {
+            return false;
+        }
+        self.last_move_check = Some(now);
+        true
+    }
+}
+
+/// After an empty poll that found nothing on the link either: yields the CPU as the module
+/// says, and moves the thread off a CPU it shares while another idles.
+pub(crate) fn after_empty_poll() {
+    let mut state = STATE.with(Cell::get);
+    if state.empty_poll() {
+        let before = Instant::now();
+        std::thread::yield_now();
+        let now = Instant::now();
+        if state.yielded(now.duration_since(before), now) && some_cpu_idles() {
+            let _ = move_off_current_cpu();
+        }
+    }
+    STATE.with(|s| s.set(state));
+}
+
+/// A poll found something: the next empty one starts a new wait.
+pub(crate) fn poll_found_work() {
+    STATE.with(|s| {
+        let mut state = s.get();
+        state.empty_polls = 0;
+        s.set(state);
+    });
+}
+
+/// Whether the system runs no more threads than this thread may use CPUs: then, with this
+/// CPU running two of them, another of its CPUs idles.
+fn some_cpu_idles() -> bool {
+    let Ok(allowed) = sched_getaffinity(Pid::from_raw(0)) else {
+        return false;
+    };
+    let Ok(loadavg) = std::fs::read_to_string("/proc/loadavg") else {
+        return false;
+    };
+    runnable_threads(&loadavg).is_some_and(|r| r <= cpu_count(&allowed))
+}
+
+/// The number of runnable threads in a /proc/loadavg line ("0.50 0.40 0.30 2/67 1234").
+fn runnable_threads(loadavg: &str) -> Option<usize> {
+    let field = loadavg.split_whitespace().nth(3)?;
+    field.split('/').next()?.parse().ok()
+}
+
+/// The CPUs in `set`.
+fn cpu_count(set: &CpuSet) -> usize {
+    (0..CpuSet::count())
+        .filter(|&cpu| set.is_set(cpu).unwrap_or(false))
+        .count()
+}
+
+/// Moves the calling thread to another of its CPUs, keeping its affinity: it leaves its
+/// current CPU out of the affinity (the kernel migrates it at once) and puts the affinity
+/// back. Returns the CPU it left and the one it ran on before the affinity was restored,
+/// or `None` if it has no other CPU or a call failed.
+fn move_off_current_cpu() -> Option<(usize, usize)> {
+    let me = Pid::from_raw(0);
+    let original = sched_getaffinity(me).ok()?;
+    let current = sched_getcpu().ok()?;
+    let mut elsewhere = original;
+    elsewhere.unset(current).ok()?;
+    if cpu_count(&elsewhere) == 0 {
+        return None;
+    }
+    let moved = sched_setaffinity(me, &elsewhere).is_ok();
+    let landed = sched_getcpu();
+    // Restored whatever happened: the move is a placement, the thread's affinity is the
+    // application's.
+    let restored = sched_setaffinity(me, &original).is_ok();
+    match landed {
+        Ok(landed) if moved && restored => Some((current, landed)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHORT: Duration = Duration::from_nanos(300);
+
+    #[test]
+    fn the_first_empty_polls_spin_and_later_ones_yield_every_other_time() {
+        let mut s = YieldState::new(0);
+        let yields: Vec<bool> = (0..7).map(|_| s.empty_poll()).collect();
+        assert_eq!(yields, [false, false, false, true, false, true, false]);
+        s.empty_polls = 0;
+        assert!(!s.empty_poll());
+    }
+
+    #[test]
+    fn yields_that_find_nobody_to_run_become_rare_until_one_runs_another_thread() {
+        let now = Instant::now();
+        let mut s = YieldState::new(0);
+        for _ in 0..QUIET_AFTER - 1 {
+            s.yielded(SHORT, now);
+        }
+        assert!(s.sharing);
+        s.yielded(SHORT, now);
+        assert!(!s.sharing);
+        let yields = (0..2 * PROBE_EVERY).filter(|_| s.empty_poll()).count();
+        assert_eq!(yields, 2);
+        // A probe that ran another thread: back to yielding every other empty poll.
+        s.yielded(YIELD_SWITCHED, now);
+        s.empty_polls = 0;
+        let yields = (0..2 * PROBE_EVERY).filter(|_| s.empty_poll()).count();
+        assert_eq!(yields as u32, PROBE_EVERY - 1);
+    }
+
+    #[test]
+    fn threads_wait_for_different_runs_before_they_move() {
+        let a = YieldState::new(0).move_after;
+        let b = YieldState::new(5).move_after;
+        assert_eq!((a, b), (MOVE_AFTER, MOVE_AFTER + 5));
+        assert!(YieldState::new(u32::MAX).move_after < 2 * MOVE_AFTER);
+    }
+
+    #[test]
+    fn only_a_run_of_yields_that_gave_the_cpu_away_asks_to_look_at_the_load() {
+        let start = Instant::now();
+        let switched = YIELD_SWITCHED * 3;
+        let mut s = YieldState::new(0);
+        for _ in 0..MOVE_AFTER - 1 {
+            assert!(!s.yielded(switched, start));
+        }
+        // One yield that returned at once: the CPU was not shared after all.
+        assert!(!s.yielded(SHORT, start));
+        for _ in 0..MOVE_AFTER - 1 {
+            assert!(!s.yielded(switched, start));
+        }
+        assert!(s.yielded(switched, start));
+        // The next full run within MOVE_CHECK_EVERY does not look again; one after it does.
+        for _ in 0..MOVE_AFTER {
+            assert!(!s.yielded(switched, start));
+        }
+        let later = start + MOVE_CHECK_EVERY;
+        for _ in 0..MOVE_AFTER - 1 {
+            assert!(!s.yielded(switched, later));
+        }
+        assert!(s.yielded(switched, later));
+    }
+
+    #[test]
+    fn the_runnable_count_is_the_fourth_field_of_loadavg() {
+        assert_eq!(runnable_threads("0.50 0.40 0.30 2/67 1234\n"), Some(2));
+        assert_eq!(runnable_threads("1.00 1.00 1.00 13/402 99"), Some(13));
+        assert_eq!(runnable_threads("0.50 0.40"), None);
+        assert_eq!(runnable_threads("0.50 0.40 0.30 x/67 1"), None);
+    }
+
+    #[test]
+    fn a_thread_moved_off_its_cpu_runs_elsewhere_with_its_affinity_intact() {
+        // A thread of its own: the test harness's thread keeps its affinity either way.
+        std::thread::spawn(|| {
+            let me = Pid::from_raw(0);
+            let original = sched_getaffinity(me).unwrap();
+            let cpus = cpu_count(&original);
+            let moved = move_off_current_cpu();
+            let after = sched_getaffinity(me).unwrap();
+            assert_eq!(cpu_count(&after), cpus);
+            for cpu in 0..CpuSet::count() {
+                assert_eq!(
+                    after.is_set(cpu).ok(),
+                    original.is_set(cpu).ok(),
+                    "cpu {cpu}"
+                );
+            }
+            match moved {
+                // The kernel moved it at once, to a CPU the affinity allows.
+                Some((left, landed)) => {
+                    assert_ne!(landed, left);
+                    assert!(original.is_set(landed).unwrap());
+                }
+                None => assert_eq!(cpus, 1, "a thread with {cpus} CPUs did not move"),
+            }
+        })
+        .join()
+        .unwrap();
+    }
+}
