@@ -272,7 +272,7 @@ impl VerbsContext for EmuContext {
                 super::poll_yield::poll_found_work();
                 return dev.poll_cq_now(cq, out);
             }
-            super::poll_yield::after_empty_poll();
+            super::poll_yield::after_empty_poll(dev);
         } else {
             super::poll_yield::poll_found_work();
         }
