@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the benchmark table of docs/benchmarks.md: runs each target benchmark (issues 7 and 27) with
+# (the latency targets at -t 128, one SEND in 100 signaled: the workload they were set on;
+# perftest's own latency default, -t 1, has a row of its own)
 # `softverbs perf` (bandwidth runs with the raw UDP baseline measured in the same command),
 # REPEAT times, and prints a markdown table of the medians with the command of each row.
 #
@@ -30,8 +32,8 @@ bench() {
   done
 }
 
-# run "perf args" "python expression on d": median over the runs of `bench` (made on first use)
-run() {
+# each "perf args" "python expression on d": its value in each run of `bench` (made on first use)
+each() {
   local args=$1 expr=$2 file
   file="$OUT/$(echo "$args" | tr -c 'a-zA-Z0-9' _)"
   [ -s "$file" ] || bench "$args"
@@ -39,8 +41,11 @@ run() {
 import json, sys
 for line in open(sys.argv[1]):
     d = json.loads(line)
-    print($expr)" "$file" | median
+    print($expr)" "$file"
 }
+
+# run "perf args" "python expression on d": its median over the runs
+run() { each "$1" "$2" | median; }
 
 r=() # rows
 row() { r+=("| $1 | \`softverbs perf $2\` | $3 | $4 | $5 |"); }
@@ -48,23 +53,32 @@ row() { r+=("| $1 | \`softverbs perf $2\` | $3 | $4 | $5 |"); }
 A="write_bw --loopback -s 65536 -n 20000 --baseline --rounds 5"
 bw=$(run "$A" 'd["results"][0]["bw_avg_mbs"]')
 ratio=$(run "$A" 'd["results"][0]["ratio_to_udp"]*100')
+lowest_run=$(each "$A" 'd["results"][0]["ratio_to_udp"]*100' | sort -g | head -1)
 base=$(run "$A" 'd["baseline"][0]["bw_mbs"]')
 uniform=$(run "$A" 'd["results"][0]["bw_avg_mbs"]/d["baseline"][0]["uniform_mbs"]*100')
 ubase=$(run "$A" 'd["baseline"][0]["uniform_mbs"]')
-row "WRITE 64 KiB, UDP" "$A" "$(printf '%.0f MB/s' "$bw")" "$(printf '%.0f%% of raw UDP GSO+GRO carrying the same datagrams, 4128 + 15 x 4112 B per message (%.0f MB/s); %.0f%% of equal 4112 B datagrams, 15 per GSO send (%.0f MB/s)' "$ratio" "$base" "$uniform" "$ubase")" ">= 70%"
+row "WRITE 64 KiB, UDP" "$A" "$(printf '%.0f MB/s' "$bw")" "$(printf '%.0f%% of raw UDP GSO+GRO carrying the same datagrams, 4128 + 15 x 4112 B per message (%.0f MB/s), lowest run %.0f%%; %.0f%% of equal 4112 B datagrams, 15 per GSO send (%.0f MB/s)' "$ratio" "$base" "$lowest_run" "$uniform" "$ubase")" ">= 80%, every run >= 70%"
 
 A="write_bw --loopback --link inproc -s 65536 -n 20000"
 bw=$(run "$A" 'd["results"][0]["bw_avg_mbs"]')
 row "WRITE 64 KiB, in-process link" "$A" "$(printf '%.0f MB/s' "$bw")" "no sockets" ">= 3000 MB/s"
 
+A="send_lat --loopback -s 8 -n 5000 --baseline --rounds 5 -t 128"
+lat=$(run "$A" 'd["results"][0]["t_typical_us"]')
+p99=$(run "$A" 'd["results"][0]["t_99_us"]')
+ratio=$(run "$A" 'd["results"][0]["ratio_to_udp"]')
+p99_ratio=$(run "$A" 'd["results"][0]["t_99_us"]/d["baseline"][0]["half_rtt_spin_us"]')
+spread=$(run "$A" 'max(d["round_ratios"][0])/min(d["round_ratios"][0])')
+base=$(run "$A" 'd["baseline"][0]["half_rtt_us"]')
+block=$(run "$A" 'd["baseline"][0]["half_rtt_block_us"]')
+row "SEND 8 B latency (median half RTT), UDP" "$A" "$(printf '%.1f us (t_99 %.1f us)' "$lat" "$p99")" "$(printf '%.2fx / t_99 %.1fx raw UDP ping-pong, busy-polled (%.1f us; blocking: %.1f us); rounds spread %.2fx' "$ratio" "$p99_ratio" "$base" "$block" "$spread")" "<= 1.3x / t_99 <= 3x / spread <= 2x"
+
 A="send_lat --loopback -s 8 -n 5000 --baseline --rounds 5"
 lat=$(run "$A" 'd["results"][0]["t_typical_us"]')
 ratio=$(run "$A" 'd["results"][0]["ratio_to_udp"]')
-base=$(run "$A" 'd["baseline"][0]["half_rtt_us"]')
-block=$(run "$A" 'd["baseline"][0]["half_rtt_block_us"]')
-row "SEND 8 B latency (median half RTT), UDP" "$A" "$(printf '%.1f us' "$lat")" "$(printf '%.2fx raw UDP ping-pong, busy-polled (%.1f us; blocking: %.1f us)' "$ratio" "$base" "$block")" "<= 1.5x"
+row "SEND 8 B latency at perftest's defaults (-t 1: every SEND signaled, its ACK awaited)" "$A" "$(printf '%.1f us' "$lat")" "$(printf '%.2fx raw UDP ping-pong, busy-polled' "$ratio")" "report"
 
-A="send_lat --loopback -s 8 -n 5000 --baseline --rounds 5 --contend 1"
+A="send_lat --loopback -s 8 -n 5000 --baseline --rounds 5 -t 128 --contend 1"
 lat=$(run "$A" 'd["results"][0]["t_typical_us"]')
 p99=$(run "$A" 'd["results"][0]["t_99_us"]')
 block=$(run "$A" 'd["baseline"][0]["half_rtt_block_us"]')
@@ -76,7 +90,7 @@ ratio=$(run "$A" 'd["results"][0]["ratio_to_udp"]*100')
 low=$(run "$A" 'min(d["round_ratios"][0])*100')
 row "WRITE 64 KiB, UDP, one CPU-bound competitor" "$A" "$(printf '%.0f%% of raw UDP' "$ratio")" "$(printf 'lowest round %.0f%%' "$low")" ">= 70%"
 
-A="send_lat --loopback -s 8 -n 2000 --pairs 16"
+A="send_lat --loopback -s 8 -n 2000 -t 128 --pairs 16"
 worst=$(run "$A" 'd["worst_median_over_alone"]')
 alone=$(run "$A" 'd["alone"]["t_typical_us"]')
 together=$(run "$A" 'd["together_round_trips_per_s"]/d["alone_round_trips_per_s"]')

@@ -532,3 +532,30 @@ fn shared_compares_one_device_with_two_in_one_command() {
         text(&o)
     );
 }
+
+/// perftest's defaults: latency tests run at a tx depth of 1, so every message is signaled
+/// (CQ moderation is lowered to the depth) and waited for; bandwidth tests at 128 and 100.
+#[test]
+fn latency_tests_take_perftests_depth_and_moderation_unless_given() {
+    let settings = |args: &[&str]| {
+        let mut all = vec!["--loopback", "--link", "inproc", "-n", "20", "--json"];
+        all.extend_from_slice(args);
+        let o = perf(&all);
+        let out = text(&o);
+        assert!(o.status.success(), "{args:?}: {out}");
+        (field(&out, "tx_depth"), field(&out, "cq_mod"), out)
+    };
+    for test in ["send_lat", "write_lat"] {
+        let (depth, cq_mod, out) = settings(&[test]);
+        assert_eq!((depth, cq_mod), (1.0, 1.0), "{out}");
+        assert_eq!(field(&out, "iterations"), 20.0, "{out}");
+    }
+    let (depth, cq_mod, _) = settings(&["write_bw"]);
+    assert_eq!((depth, cq_mod), (128.0, 100.0));
+    // A moderation above the depth is lowered to it, as perftest does.
+    let (depth, cq_mod, out) = settings(&["send_lat", "-t", "8"]);
+    assert_eq!((depth, cq_mod), (8.0, 8.0), "{out}");
+    let (depth, cq_mod, out) = settings(&["send_lat", "-t", "128", "-Q", "16"]);
+    assert_eq!((depth, cq_mod), (128.0, 16.0), "{out}");
+    assert_eq!(field(&out, "iterations"), 20.0, "{out}");
+}

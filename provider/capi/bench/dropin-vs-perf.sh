@@ -8,7 +8,8 @@
 #     softverbs perf's defaults; perftest's own default for messages this large is to signal
 #     every WR, which would compare two different workloads),
 #   - ib_send_lat -s 8 -I 0 vs softverbs perf send_lat -s 8 (typical us; the drop-in should
-#     add at most 0.5 us; no inline data on either side, softverbs perf's default),
+#     add at most 0.5 us; no inline data on either side, softverbs perf's default; both at
+#     perftest's latency default, -t 1: every SEND signaled and its completion awaited),
 #   - bench/verbs_bench.c (C with no loop of its own beyond post and poll: one process, two
 #     devices, as `softverbs perf ... --loopback`) through the drop-in vs softverbs perf
 #     --loopback, write_bw 64 KiB (-t 128 -Q 100) and send_lat 8 B: the drop-in's own cost,

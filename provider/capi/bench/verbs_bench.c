@@ -2,8 +2,9 @@
  * one process, the first two devices listed, RC, busy-polled CQs. They have no loop of
  * their own beyond post and poll, so that the drop-in's own cost can be told apart from
  * whatever perftest's loops add.
- *     verbs_bench send_lat ITERS  8-byte SENDs without inline data, a thread per side, one
- *                                 send in 32 signaled; prints the median half round trip:
+ *     verbs_bench send_lat ITERS  8-byte SENDs without inline data, a thread per side, every
+ *                                 send signaled (perftest's latency default, -t 1, and so
+ *                                 softverbs perf's); prints the median half round trip:
  *                                 "send_lat 8 B t_typical X.XX us (N round trips)"
  *     verbs_bench write_bw ITERS  64 KiB RDMA WRITEs, 128 in flight, one in 100 signaled
  *                                 (softverbs perf's -t 128 -Q 100): "write_bw 65536 B X MB/s"
@@ -18,7 +19,7 @@
 
 #define SIZE 8
 #define DEPTH 128
-#define SIGNAL_EVERY 32
+#define SIGNAL_EVERY 1
 #define BW_SIZE 65536
 #define BW_SIGNAL_EVERY 100
 

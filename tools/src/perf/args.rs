@@ -145,15 +145,17 @@ pub struct PerfArgs {
     /// Number of QPs, driven round-robin.
     #[arg(short = 'q', long = "qp", default_value_t = 1)]
     pub qps: u32,
-    /// WRs in flight per QP (bandwidth tests).
-    #[arg(short = 't', long, default_value_t = 128)]
-    pub tx_depth: u32,
+    /// WRs in flight per QP (bandwidth tests; default 128). Latency tests default to 1, as
+    /// perftest's: every message is then signaled and its completion awaited.
+    #[arg(short = 't', long)]
+    pub tx_depth: Option<u32>,
     /// WRs per post call.
     #[arg(short = 'l', long, default_value_t = 1)]
     pub post_list: u32,
-    /// One signaled WR every this many (the others complete with it).
-    #[arg(short = 'Q', long, default_value_t = 100)]
-    pub cq_mod: u32,
+    /// One signaled WR every this many (the others complete with it); at most the tx depth
+    /// (a larger one is lowered to it, as perftest does). Default 100.
+    #[arg(short = 'Q', long)]
+    pub cq_mod: Option<u32>,
     /// Completions taken per poll call.
     #[arg(long, default_value_t = 16)]
     pub poll_batch: u32,
@@ -359,14 +361,21 @@ impl PerfArgs {
                 "latency tests run on one QP (as perftest's): leave out -q",
             ));
         }
-        if !(1..=MAX_TX_DEPTH).contains(&self.tx_depth) {
+        // perftest's defaults: DEF_TX_LAT (1) for latency tests, DEF_TX_BW (128) otherwise.
+        let tx_depth = self
+            .tx_depth
+            .unwrap_or(if test.is_latency() { 1 } else { 128 });
+        if !(1..=MAX_TX_DEPTH).contains(&tx_depth) {
             return Err(bad(format!("-t must be in 1..={MAX_TX_DEPTH}")));
         }
-        if self.post_list == 0 || self.post_list > self.tx_depth {
+        if self.post_list == 0 || self.post_list > tx_depth {
             return Err(bad("-l must be in 1..=tx-depth"));
         }
-        if self.cq_mod == 0 || self.cq_mod > self.tx_depth.max(1) {
-            return Err(bad("-Q must be in 1..=tx-depth"));
+        // As perftest (DEF_CQ_MOD, lowered to the tx depth): a latency test at its default
+        // depth of 1 signals every message.
+        let cq_mod = self.cq_mod.unwrap_or(100).min(tx_depth);
+        if cq_mod == 0 {
+            return Err(bad("-Q must be at least 1"));
         }
         if !(1..=4096).contains(&self.poll_batch) {
             return Err(bad("--poll-batch must be in 1..=4096"));
@@ -448,9 +457,9 @@ impl PerfArgs {
             iters,
             duration,
             qps: self.qps,
-            tx_depth: self.tx_depth,
+            tx_depth,
             post_list: self.post_list,
-            cq_mod: self.cq_mod,
+            cq_mod,
             poll_batch: self.poll_batch,
             inline_size: self.inline_size,
             mtu: self.mtu,

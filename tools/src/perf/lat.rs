@@ -13,7 +13,7 @@ use super::bw::{template, verify_pattern};
 use super::oob::PeerWatch;
 use super::progress::Progress;
 use super::report::LatResult;
-use super::setup::{Side, LAT_SIGNAL_EVERY};
+use super::setup::Side;
 use crate::perftest_oob::{PerftestComm, PerftestKeys};
 
 /// Longest wait for one round trip before the run is declared stuck.
@@ -150,18 +150,21 @@ struct Pinger<'a> {
     backoff: Backoff,
     /// What the first FETCH_AND_ADD returned.
     first_old: Option<u64>,
+    /// One message in this many is signaled (`-Q`).
+    cq_mod: u64,
 }
 
-/// Whether message `n` of a WRITE or SEND ping-pong side is signaled: one in
-/// [`LAT_SIGNAL_EVERY`], and the last (`last`; every message when the last is not known
-/// beforehand, as under `-D`), so that the side learns when all its sends are complete.
-fn signaled(n: u64, last: Option<u64>) -> bool {
-    last.is_none_or(|l| n == l) || one_in_every(n)
+/// Whether message `n` of a WRITE or SEND ping-pong client is signaled: one in `cq_mod`,
+/// and the last (`last`; every message when the last is not known beforehand, as under
+/// `-D`), so that the side learns when all its sends are complete.
+fn signaled(n: u64, last: Option<u64>, cq_mod: u64) -> bool {
+    last.is_none_or(|l| n == l) || one_in_every(n, cq_mod)
 }
 
-/// One message in [`LAT_SIGNAL_EVERY`]: enough to reap the send queue.
-fn one_in_every(n: u64) -> bool {
-    n % LAT_SIGNAL_EVERY == LAT_SIGNAL_EVERY - 1
+/// One message in `cq_mod` (`-Q`, at most the tx depth: perftest's latency tests signal
+/// every message at their default depth of 1, and wait for it).
+fn one_in_every(n: u64, cq_mod: u64) -> bool {
+    (n + 1).is_multiple_of(cq_mod.max(1))
 }
 
 /// Posts `wr` on QP 0 as message `n` of a ping-pong side: wr_id `n`, flags `base`, plus
@@ -184,9 +187,8 @@ fn post_nth(
 }
 
 impl Pinger<'_> {
-    /// Posts a receive back for each SEND taken since the last call. A ping-pong has one
-    /// SEND in flight at a time, so with two or more receives posted (`rx_depth`), putting
-    /// them back after the next ping leaves one for its answer.
+    /// Posts a receive back for each SEND taken since the last call (before the next ping,
+    /// as perftest).
     fn repost_receives(&mut self) -> VerbsResult<()> {
         while self.recvs_reposted < self.seen.recvs {
             self.side.qps[0]
@@ -201,9 +203,21 @@ impl Pinger<'_> {
         post_nth(self.side, &mut self.wr, self.base_flags, i, signal)
     }
 
-    /// Posts ping-pong message `i`, signaled as [`signaled`] says.
-    fn post_ping(&mut self, i: u64) -> VerbsResult<()> {
-        self.post(i, signaled(i, self.last))
+    /// Posts ping-pong message `i`, signaled as [`signaled`] says; a signaled one is waited
+    /// for at once, as perftest's latency loops do (`started`: when the round trip began).
+    fn post_ping(&mut self, i: u64, started: Instant) -> VerbsResult<()> {
+        let signal = signaled(i, self.last, self.cq_mod);
+        self.post(i, signal)?;
+        let mut polls = 0;
+        while signal && self.seen.sends_done <= i {
+            if reap(self.side, &mut self.wcs, &mut self.seen, self.size)? == 0 {
+                self.backoff.idle();
+                if stuck(started, &mut polls) {
+                    return Err(io(format!("message {i} never completed")));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Round trip `i`, which began at `started`.
@@ -223,13 +237,13 @@ impl Pinger<'_> {
                 self.side
                     .mr
                     .write(self.side.src_off + self.size - 1, &[t])?;
-                self.post_ping(i)?;
+                self.post_ping(i, started)?;
             }
             Verb::Send => {
                 let want = self.seen.recvs + 1;
-                self.post_ping(i)?;
-                // After the ping, off its round trip's path.
+                // As perftest: the receive taken is posted back before the next SEND.
                 self.repost_receives()?;
+                self.post_ping(i, started)?;
                 while self.seen.recvs < want {
                     reap(self.side, &mut self.wcs, &mut self.seen, self.size)?;
                     if self.seen.recvs < want {
@@ -302,6 +316,7 @@ pub fn client(
         },
         backoff: Backoff::new(&side.ctx),
         first_old: None,
+        cq_mod: s.cq_mod as u64,
     };
     let cap = s.iters.min(1 << 26) as usize;
     let mut samples: Vec<u64> =
@@ -374,7 +389,7 @@ pub fn server_write(
         // The client answers a WRITE only once it has arrived: this side need not learn when
         // its last one completes (and must not wait for it: the client may be gone by then,
         // and an ACK it owed lost with it).
-        post_nth(side, &mut wr, base, i, one_in_every(i))?;
+        post_nth(side, &mut wr, base, i, one_in_every(i, s.cq_mod as u64))?;
         let started = Instant::now();
         let mut polls = 0;
         while last_byte(side, size)? != t {
@@ -407,7 +422,12 @@ pub fn server_write(
 
 /// The server side of a SEND ping-pong: answers each receive with a SEND, until the client
 /// reaches the next side-channel exchange; returns the answers.
-pub fn server_send(side: &Side, size: usize, comm: &PerftestComm) -> VerbsResult<u64> {
+pub fn server_send(
+    side: &Side,
+    s: &Settings,
+    size: usize,
+    comm: &PerftestComm,
+) -> VerbsResult<u64> {
     let mut wr = template_back(side, Verb::Send, size, comm)?;
     let base = wr.send_flags;
     let recv = recv_wr(side)?;
@@ -420,15 +440,20 @@ pub fn server_send(side: &Side, size: usize, comm: &PerftestComm) -> VerbsResult
         reap(side, &mut wcs, &mut seen, size)?;
         if seen.recvs > answered {
             while answered < seen.recvs {
-                // The client takes every answer before it moves on: this side need not
-                // learn when its last one completes.
-                post_nth(side, &mut wr, base, answered, one_in_every(answered))?;
-                // After the answer, off the round trip's path: the client sends the next
-                // SEND only once the answer arrived, so the receives still posted (two
-                // or more, `rx_depth`) cover it meanwhile.
+                // As ib_send_lat's server: the receive back first, then the answer. The
+                // client takes every answer before it moves on: this side need not wait for
+                // its answers to complete (a signaled one completes with the client's next
+                // SEND, which carries its ACK).
                 side.qps[0]
                     .post_recv(std::slice::from_ref(&recv))
                     .map_err(|e| e.error)?;
+                post_nth(
+                    side,
+                    &mut wr,
+                    base,
+                    answered,
+                    one_in_every(answered, s.cq_mod as u64),
+                )?;
                 answered += 1;
             }
             backoff.reset();

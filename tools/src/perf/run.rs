@@ -274,7 +274,7 @@ fn serve(s: &Settings, device: &str, mut comm: PerftestComm) -> VerbsResult<Vec<
         let handled = match s.test {
             TestKind::SendBw => bw::server_recv(&side, size, &comm)?,
             TestKind::WriteLat => lat::server_write(&side, s, size, &comm)?,
-            TestKind::SendLat => lat::server_send(&side, size, &comm)?,
+            TestKind::SendLat => lat::server_send(&side, s, size, &comm)?,
             _ => 0,
         };
         seq.after_size(&mut comm, &me, s.sweep)?;

@@ -14,10 +14,9 @@ use crate::perftest_oob::{PerftestKeys, CYCLE_BUFFER};
 const MAX_CQE: u64 = 0x1_0000;
 /// Outstanding READ / atomic each side accepts: perftest's default.
 pub const OUT_READS: u32 = 16;
-/// Send WRs a latency test may have unreaped (it signals one in [`LAT_SIGNAL_EVERY`]).
+/// Least send queue depth of a latency test (it signals one send in `-Q`, at most the tx
+/// depth, and a server does not wait for its answers to complete before the next).
 pub const LAT_SQ_DEPTH: u32 = 64;
-/// Latency tests signal one send in this many (enough to reap the send queue).
-pub const LAT_SIGNAL_EVERY: u64 = 16;
 
 /// One side's objects.
 pub struct Side {
@@ -60,9 +59,13 @@ impl Side {
         let pd = ctx.alloc_pd()?;
         let rx = if verb == Verb::Send { rx_depth(s) } else { 0 };
         let latency = s.test.is_latency();
-        let sq = if latency { LAT_SQ_DEPTH } else { s.tx_depth };
+        let sq = if latency {
+            LAT_SQ_DEPTH.max(2 * s.tx_depth)
+        } else {
+            s.tx_depth
+        };
         let signaled_per_qp = if latency {
-            LAT_SQ_DEPTH as u64
+            sq as u64
         } else {
             (s.tx_depth / s.cq_mod) as u64 + 2
         };

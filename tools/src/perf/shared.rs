@@ -104,17 +104,19 @@ fn passed_on(args: &PerfArgs) -> Vec<String> {
         "--json".into(),
         "-m".into(),
         args.mtu.to_string(),
-        "-t".into(),
-        args.tx_depth.to_string(),
         "-q".into(),
         args.qps.to_string(),
         "-l".into(),
         args.post_list.to_string(),
-        "-Q".into(),
-        args.cq_mod.to_string(),
         "-I".into(),
         args.inline_size.to_string(),
     ];
+    if let Some(depth) = args.tx_depth {
+        v.extend(["-t".into(), depth.to_string()]);
+    }
+    if let Some(cq_mod) = args.cq_mod {
+        v.extend(["-Q".into(), cq_mod.to_string()]);
+    }
     if let Some(size) = args.size {
         v.extend(["-s".into(), size.to_string()]);
     }
