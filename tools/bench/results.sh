@@ -118,6 +118,17 @@ one=$(run "$A1" 'd["rss_connected_bytes"]-d["rss_before_bytes"]')
 many=$(run "$A2" 'd["rss_connected_bytes"]-d["rss_before_bytes"]')
 row "Memory per idle connected QP" "$A2" "$(python3 -c "print(f'{($many-$one)/999/2/1024:.1f} KiB')")" "RSS growth of 1,000 QP pairs over 1, halved" "bounded, documented"
 
+# Issue 22: unmodified perftest through the drop-in libibverbs.so.1 against softverbs perf,
+# same parameters, alternated (needs perftest; skipped without it).
+if command -v ib_write_bw >/dev/null; then
+  D=$(REPEAT=$((REPEAT + 2)) ITERS=5000 provider/capi/bench/dropin-vs-perf.sh 2>/dev/null)
+  dbw=$(echo "$D" | awk '/^write_bw 65536 B  drop-in/ { print $5, $9, $12 }')
+  dlat=$(echo "$D" | awk '/^send_lat 8 B      drop-in/ { print $5, $9, $12 }')
+  read -r bw_d bw_p bw_r <<<"$dbw"
+  read -r lat_d lat_p lat_a <<<"$dlat"
+  r+=("| Drop-in libibverbs.so.1: unmodified ib_write_bw -s 65536 and ib_send_lat -s 8 -I 0 against softverbs perf, same parameters, two processes each | \`REPEAT=$((REPEAT + 2)) ITERS=5000 provider/capi/bench/dropin-vs-perf.sh\` | $bw_d MB/s, $lat_d us | bandwidth ${bw_r}x of softverbs perf ($bw_p MB/s); latency $lat_a us added ($lat_p us) | >= 0.9x, <= +0.5 us |")
+fi
+
 echo "Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(uname -sr), load average $(cut -d' ' -f1-3 /proc/loadavg) at the end; medians of $REPEAT runs."
 echo
 echo "| benchmark | command | result | vs baseline | target |"
