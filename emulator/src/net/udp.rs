@@ -155,6 +155,11 @@ impl UdpLink {
     /// Sends `list` (ICRCs written) in as few sendmmsg calls as the limits allow: one entry
     /// per plain datagram or GSO run, flushed when either limit of a call is reached.
     fn send_all<D: Datagram>(&self, list: &[D]) -> io::Result<()> {
+        if let [only] = list {
+            if only.bytes().len() <= SEND_ALONE_MAX {
+                return self.send_alone(only);
+            }
+        }
         let mut first = Ok(());
         let run_of = |rest: &[D]| {
             if self.gso.load(Ordering::Relaxed) {
@@ -169,6 +174,28 @@ impl UdpLink {
             }
         });
         first
+    }
+
+    /// Sends one small datagram with sendto, its parts gathered into one buffer: a ping-pong's
+    /// message leaves alone, and sendto costs less than a sendmmsg of one entry (0.13 us of
+    /// a raw UDP ping-pong's half round trip, 3.35 against 3.48 us). A lost one (full
+    /// buffer) is dropped as in [`UdpLink::flush`].
+    fn send_alone<D: Datagram>(&self, datagram: &D) -> io::Result<()> {
+        let mut buf = [0u8; SEND_ALONE_MAX];
+        let mut len = 0;
+        for part in datagram.parts() {
+            let end = len + part.len();
+            let Some(room) = buf.get_mut(len..end) else {
+                return Err(io::Error::from(io::ErrorKind::InvalidInput));
+            };
+            room.copy_from_slice(part);
+            len = end;
+        }
+        match self.socket.send_to(&buf[..len], datagram.destination()) {
+            Ok(_) => Ok(()),
+            Err(e) if is_loss(&e) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Sends `list` with sendmmsg, `runs` as in [`batched_io::send_runs`]; datagrams the
@@ -247,6 +274,11 @@ impl Datagram for FromMemory<'_> {
 fn dst_of(p: &OutPacket) -> SocketAddr {
     SocketAddr::new(p.dst_ip, p.udp_dst_port)
 }
+
+/// The largest datagram sent alone with sendto ([`UdpLink::send_alone`]): small messages,
+/// ACKs and requests without payload; the copy into one buffer costs less than the call
+/// saves up to here.
+const SEND_ALONE_MAX: usize = 512;
 
 /// A send error that is just a lost datagram: a full socket buffer, or no buffer memory.
 fn is_loss(e: &io::Error) -> bool {
@@ -447,6 +479,45 @@ mod tests {
         let big: Vec<OutPacket> = (0..40).map(|_| out("127.0.0.2", 4112)).collect();
         assert_eq!(gso_run(&big), batched_io::GSO_MAX_BYTES / 4112);
         assert_eq!(gso_run::<OutPacket>(&[]), 0);
+    }
+
+    /// A datagram in pieces, as a packet whose payload lies in registered memory.
+    struct Pieces<'a>([&'a [u8]; batched_io::PARTS], &'a [u8], SocketAddr);
+
+    impl Datagram for Pieces<'_> {
+        fn bytes(&self) -> &[u8] {
+            self.1
+        }
+        fn destination(&self) -> SocketAddr {
+            self.2
+        }
+        fn parts(&self) -> [&[u8]; batched_io::PARTS] {
+            self.0
+        }
+    }
+
+    #[test]
+    fn a_small_datagram_sent_alone_arrives_whole_from_its_pieces() {
+        let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let link = UdpLink::bind(ip, 0).unwrap();
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let (head, tail) = ([1u8; 12], [3u8; 4]);
+        // One sent alone (sendto), one too large for that (sendmmsg): the same bytes.
+        for len in [24, SEND_ALONE_MAX + 1] {
+            let payload = vec![2u8; len - 16];
+            let stand_in = vec![0u8; len];
+            let d = Pieces(
+                [&head, &payload, &tail],
+                &stand_in,
+                rx.local_addr().unwrap(),
+            );
+            link.send_all(&[d]).unwrap();
+            let mut buf = [0u8; 1024];
+            let n = rx.recv(&mut buf).unwrap();
+            let want: Vec<u8> = [&head[..], &payload, &tail].concat();
+            assert_eq!(&buf[..n], &want[..], "{len} B");
+        }
     }
 
     #[test]
