@@ -8,7 +8,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::lab_env::{free_local_port, LabEnv};
-use super::line_tap::{tap_lines, wait_for_line};
 use super::scenario::Direction;
 use super::watchdog::Watchdog;
 use crate::ibv_oob::IBV_PINGPONG_PORT;
@@ -21,8 +20,6 @@ const ITERS: u64 = 20;
 const WAIT: Duration = Duration::from_secs(90);
 /// The guest program is killed after this long whatever happens.
 const GUEST_LIFETIME_S: u64 = 120;
-/// What the guest prints once its server listens.
-const LISTENING: &str = "pingpong-listening";
 
 /// `ibv_rc_pingpong` through the drop-in on `device` against rxe0; softverbs is the client
 /// (sends first) for `SoftverbsToRxe`.
@@ -54,19 +51,13 @@ pub fn run(env: &LabEnv, device: &str, dir: Direction, mtu: u32) -> Result<Strin
     let (mut host, mut guest) = match dir {
         // rxe serves; our client connects through a -L forward once the guest listens.
         Direction::SoftverbsToRxe => {
-            let script = format!(
-                "{guest_cmd} 2>&1 & for i in $(seq 300); do ss -ltn | grep -q ':{IBV_PINGPONG_PORT} ' && echo {LISTENING} && break; sleep 0.1; done; wait"
-            );
-            let forward = format!("127.0.0.1:{port}:127.0.0.1:{IBV_PINGPONG_PORT}");
-            let mut guest = spawn_guest(vec!["-L".into(), forward], script)?;
-            let stdout = guest.stdout.take().ok_or("no guest stdout")?;
-            let (rx, all) = tap_lines(stdout);
+            let (guest, all) = env.start_tcp_server(
+                &guest_cmd,
+                IBV_PINGPONG_PORT,
+                port,
+                "ibv_rc_pingpong in the guest",
+            )?;
             guest_lines = Some(all);
-            if !wait_for_line(&rx, LISTENING, Instant::now() + Duration::from_secs(40)) {
-                let _ = guest.kill();
-                let _ = guest.wait();
-                return Err("ibv_rc_pingpong in the guest did not listen".into());
-            }
             let host = host
                 .arg("127.0.0.1")
                 .spawn()

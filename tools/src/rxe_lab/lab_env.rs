@@ -1,10 +1,20 @@
-//! A running lab as `lab.sh up` describes it in `<run dir>/lab.env`, and the ssh command into
-//! its guest. (The bounded wait for a case's programs is in watchdog.rs.)
+//! A running lab as `lab.sh up` describes it in `<run dir>/lab.env`, the ssh command into
+//! its guest, and a guest TCP server started behind an ssh forward. (The bounded wait for a
+//! case's programs is in watchdog.rs.)
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::line_tap::{tap_lines, wait_for_line};
+
+/// What the script of [`LabEnv::start_tcp_server`] prints once its program listens.
+const TCP_LISTENING: &str = "tcp-listening";
+/// Longest wait for a guest TCP server to listen.
+const TCP_LISTEN_WAIT: Duration = Duration::from_secs(40);
 
 /// Default cache root of the lab (image and run state), outside any clone.
 pub const DEFAULT_CACHE: &str = "/var/cache/softverbs/rxe-lab";
@@ -123,5 +133,38 @@ impl LabEnv {
             .args(extra)
             .arg("root@127.0.0.1");
         c
+    }
+
+    /// Runs `cmd` in the guest behind an ssh forward of the host's `local_port` to the
+    /// guest's `guest_port`, and returns once a TCP listener on `guest_port` shows in the
+    /// guest: the ssh child and its whole output. Past [`TCP_LISTEN_WAIT`] the child is
+    /// killed and the error says that `what` did not listen.
+    pub fn start_tcp_server(
+        &self,
+        cmd: &str,
+        guest_port: u16,
+        local_port: u16,
+        what: &str,
+    ) -> Result<(Child, JoinHandle<String>), String> {
+        let script = format!(
+            "{cmd} 2>&1 & for i in $(seq 300); do ss -ltn | grep -q ':{guest_port} ' && echo {TCP_LISTENING} && break; sleep 0.1; done; wait"
+        );
+        let forward = format!("127.0.0.1:{local_port}:127.0.0.1:{guest_port}");
+        let mut guest = self
+            .ssh(&["-L".into(), forward])
+            .arg(script)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("ssh: {e}"))?;
+        let stdout = guest.stdout.take().ok_or("no guest stdout")?;
+        let (lines, all) = tap_lines(stdout);
+        if !wait_for_line(&lines, TCP_LISTENING, Instant::now() + TCP_LISTEN_WAIT) {
+            let _ = guest.kill();
+            let _ = guest.wait();
+            return Err(format!("{what} did not listen"));
+        }
+        Ok((guest, all))
     }
 }

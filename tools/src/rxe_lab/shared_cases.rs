@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use super::dropin_cases::{last_lines, output};
 use super::lab_env::{free_local_port, LabEnv};
-use super::line_tap::{tap_lines, wait_for_line};
 use super::watchdog::Watchdog;
 use crate::ibv_oob::IBV_PINGPONG_PORT;
 
@@ -20,8 +19,6 @@ const ITERS: u64 = 20;
 const WAIT: Duration = Duration::from_secs(90);
 /// The guest programs are killed after this long whatever happens.
 const GUEST_LIFETIME_S: u64 = 120;
-/// What a guest script prints once its server listens.
-const LISTENING: &str = "pingpong-listening";
 
 /// One pair: the guest's server (behind ssh) and our client process.
 struct Pair {
@@ -132,27 +129,12 @@ fn start_guest(
     let cmd = format!(
         "exec timeout {GUEST_LIFETIME_S} ibv_rc_pingpong -e -d rxe0 -g 1 -m {mtu} -s {size} -n {ITERS} -p {guest_port}"
     );
-    let script = format!(
-        "{cmd} 2>&1 & for i in $(seq 300); do ss -ltn | grep -q ':{guest_port} ' && echo {LISTENING} && break; sleep 0.1; done; wait"
-    );
-    let forward = format!("127.0.0.1:{local_port}:127.0.0.1:{guest_port}");
-    let mut guest = env
-        .ssh(&["-L".into(), forward])
-        .arg(script)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("ssh: {e}"))?;
-    let stdout = guest.stdout.take().ok_or("no guest stdout")?;
-    let (lines, all) = tap_lines(stdout);
-    if !wait_for_line(&lines, LISTENING, Instant::now() + Duration::from_secs(40)) {
-        let _ = guest.kill();
-        let _ = guest.wait();
-        return Err(format!(
-            "ibv_rc_pingpong on port {guest_port} did not listen"
-        ));
-    }
+    let (guest, all) = env.start_tcp_server(
+        &cmd,
+        guest_port,
+        local_port,
+        &format!("ibv_rc_pingpong on port {guest_port}"),
+    )?;
     Ok((local_port, guest, all))
 }
 
