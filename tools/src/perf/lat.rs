@@ -91,7 +91,20 @@ fn finish_sends(
     size: usize,
 ) -> VerbsResult<()> {
     let mut backoff = Backoff::new(&side.ctx);
-    let started = Instant::now();
+    wait_sends(side, wcs, seen, posted, size, &mut backoff, Instant::now())
+}
+
+/// Reaps completions until the first `posted` sends are complete, idling through `backoff`;
+/// an error once the wait, which began at `started`, is stuck.
+fn wait_sends(
+    side: &Side,
+    wcs: &mut [WorkCompletion],
+    seen: &mut Reaped,
+    posted: u64,
+    size: usize,
+    backoff: &mut Backoff,
+    started: Instant,
+) -> VerbsResult<()> {
     let mut polls = 0;
     while seen.sends_done < posted {
         if reap(side, wcs, seen, size)? == 0 {
@@ -208,16 +221,18 @@ impl Pinger<'_> {
     fn post_ping(&mut self, i: u64, started: Instant) -> VerbsResult<()> {
         let signal = signaled(i, self.last, self.cq_mod);
         self.post(i, signal)?;
-        let mut polls = 0;
-        while signal && self.seen.sends_done <= i {
-            if reap(self.side, &mut self.wcs, &mut self.seen, self.size)? == 0 {
-                self.backoff.idle();
-                if stuck(started, &mut polls) {
-                    return Err(io(format!("message {i} never completed")));
-                }
-            }
+        if !signal {
+            return Ok(());
         }
-        Ok(())
+        wait_sends(
+            self.side,
+            &mut self.wcs,
+            &mut self.seen,
+            i + 1,
+            self.size,
+            &mut self.backoff,
+            started,
+        )
     }
 
     /// Round trip `i`, which began at `started`.
