@@ -19,8 +19,10 @@
 //! 10 us per half round trip instead of 4.7, while the other CPU idles. The kernel's
 //! load balancer leaves them there for tens of milliseconds (two threads that run all the
 //! time are "cache hot"): a quarter of a 20,000-round-trip `send_lat` ran that way in
-//! one run of three, which alone put t_99 over 10 us. So once [`MOVE_AFTER`] yields in a
-//! row gave the CPU away, and the system's runnable threads are no more than this thread's
+//! one run of three, which alone put t_99 over 10 us. So once [`MOVE_AFTER`] (or a few more,
+//! a number per thread) checked yields in a row gave the CPU away (one yield in
+//! [`CHECK_EVERY`] is checked, by the thread's count of involuntary context switches), and
+//! the system's runnable threads are no more than this thread's
 //! CPUs (so one of them idles), the thread takes its current CPU out of its affinity for
 //! a moment: the kernel moves it to another one, and the original affinity is restored at
 //! once (a placement, not a pin).
