@@ -8,7 +8,7 @@
 //! rping's client, ucmatose's server; so across the cases both softverbs and the kernel
 //! disconnect first, as the active and as the passive side.
 
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -347,14 +347,7 @@ impl GuestProgram {
             ),
             None => format!("{run} 2>&1"),
         };
-        let mut child = env
-            .ssh(&[])
-            .arg(script)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("ssh: {e}"))?;
+        let mut child = env.spawn_guest(&[], &script)?;
         let stdout = child.stdout.take().ok_or("no guest stdout")?;
         let (rx, output) = tap_lines(stdout);
         let program = GuestProgram {

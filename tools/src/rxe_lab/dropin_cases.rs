@@ -38,15 +38,6 @@ pub fn run(env: &LabEnv, device: &str, dir: Direction, mtu: u32) -> Result<Strin
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let spawn_guest = |extra: Vec<String>, cmd: String| {
-        env.ssh(&extra)
-            .arg(cmd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("ssh: {e}"))
-    };
     let mut guest_lines = None;
     let (mut host, mut guest) = match dir {
         // rxe serves; our client connects through a -L forward once the guest listens.
@@ -73,7 +64,8 @@ pub fn run(env: &LabEnv, device: &str, dir: Direction, mtu: u32) -> Result<Strin
                 return Err(e);
             }
             let forward = format!("{IBV_PINGPONG_PORT}:127.0.0.1:{port}");
-            let guest = spawn_guest(vec!["-R".into(), forward], format!("{guest_cmd} 127.0.0.1"))?;
+            let guest =
+                env.spawn_guest(&["-R".into(), forward], &format!("{guest_cmd} 127.0.0.1"))?;
             (host, guest)
         }
     };

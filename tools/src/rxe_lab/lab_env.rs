@@ -135,6 +135,18 @@ impl LabEnv {
         c
     }
 
+    /// Starts `script` in the guest over ssh with `extra` options (port forwards), no input,
+    /// its stdout and stderr piped for the caller to read.
+    pub fn spawn_guest(&self, extra: &[String], script: &str) -> Result<Child, String> {
+        self.ssh(extra)
+            .arg(script)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("ssh: {e}"))
+    }
+
     /// Runs `cmd` in the guest behind an ssh forward of the host's `local_port` to the
     /// guest's `guest_port`, and returns once a TCP listener on `guest_port` shows in the
     /// guest: the ssh child and its whole output. Past [`TCP_LISTEN_WAIT`] the child is
@@ -150,14 +162,7 @@ impl LabEnv {
             "{cmd} 2>&1 & for i in $(seq 300); do ss -ltn | grep -q ':{guest_port} ' && echo {TCP_LISTENING} && break; sleep 0.1; done; wait"
         );
         let forward = format!("127.0.0.1:{local_port}:127.0.0.1:{guest_port}");
-        let mut guest = self
-            .ssh(&["-L".into(), forward])
-            .arg(script)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("ssh: {e}"))?;
+        let mut guest = self.spawn_guest(&["-L".into(), forward], &script)?;
         let stdout = guest.stdout.take().ok_or("no guest stdout")?;
         let (lines, all) = tap_lines(stdout);
         if !wait_for_line(&lines, TCP_LISTENING, Instant::now() + TCP_LISTEN_WAIT) {

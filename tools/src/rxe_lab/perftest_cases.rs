@@ -5,7 +5,7 @@
 //! must see the whole exchange through to "done".
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use softverbs::{
@@ -206,33 +206,24 @@ pub fn run(
         "exec timeout {GUEST_LIFETIME_S} {} -d rxe0 -x 1 -F -m {mtu} -s {SIZE} -n {ITERS} -p {IBV_PINGPONG_PORT}",
         kind.program()
     );
-    let spawn = |extra: Vec<String>, cmd: String| {
-        env.ssh(&extra)
-            .arg(cmd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|x| format!("ssh: {x}"))
-    };
     let is_client = dir == Direction::SoftverbsToRxe;
     let (child, setup) = if is_client {
         let port = free_local_port()?;
-        let child = spawn(
-            vec![
+        let child = env.spawn_guest(
+            &[
                 "-L".into(),
                 format!("127.0.0.1:{port}:127.0.0.1:{IBV_PINGPONG_PORT}"),
             ],
-            guest_cmd,
+            &guest_cmd,
         )?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         (child, connect_client(addr, mtu, &keys))
     } else {
         let listener = TcpListener::bind("127.0.0.1:0").map_err(|x| x.to_string())?;
         let port = listener.local_addr().map_err(|x| x.to_string())?.port();
-        let child = spawn(
-            vec!["-R".into(), format!("{IBV_PINGPONG_PORT}:127.0.0.1:{port}")],
-            format!("{guest_cmd} 127.0.0.1"),
+        let child = env.spawn_guest(
+            &["-R".into(), format!("{IBV_PINGPONG_PORT}:127.0.0.1:{port}")],
+            &format!("{guest_cmd} 127.0.0.1"),
         )?;
         (child, accept_server(&listener, mtu, &keys))
     };

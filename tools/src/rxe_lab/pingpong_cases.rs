@@ -3,7 +3,7 @@
 //! guest is the client, `-L` when it serves), so the guest needs no route to the host.
 
 use std::net::{SocketAddr, TcpListener};
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use softverbs::Mtu;
@@ -102,25 +102,16 @@ pub fn run(
     let guest_cmd = format!(
         "exec timeout {GUEST_LIFETIME_S} {program} -e -d rxe0 -g 1 {kind_args} -s {size} -n {iters} -p {IBV_PINGPONG_PORT}"
     );
-    let spawn = |extra: Vec<String>, cmd: String| {
-        env.ssh(&extra)
-            .arg(cmd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("ssh: {e}"))
-    };
     let (report, child) = match dir {
         // softverbs sends first: it is the client, rxe serves.
         Direction::SoftverbsToRxe => {
             let port = free_local_port()?;
-            let child = spawn(
-                vec![
+            let child = env.spawn_guest(
+                &[
                     "-L".into(),
                     format!("127.0.0.1:{port}:127.0.0.1:{IBV_PINGPONG_PORT}"),
                 ],
-                guest_cmd,
+                &guest_cmd,
             )?;
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
             (ibv_pingpong::run(&cfg, IbvRole::Client(addr)), child)
@@ -128,9 +119,9 @@ pub fn run(
         Direction::RxeToSoftverbs => {
             let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
             let port = listener.local_addr().map_err(|e| e.to_string())?.port();
-            let child = spawn(
-                vec!["-R".into(), format!("{IBV_PINGPONG_PORT}:127.0.0.1:{port}")],
-                format!("{guest_cmd} 127.0.0.1"),
+            let child = env.spawn_guest(
+                &["-R".into(), format!("{IBV_PINGPONG_PORT}:127.0.0.1:{port}")],
+                &format!("{guest_cmd} 127.0.0.1"),
             )?;
             (ibv_pingpong::run(&cfg, IbvRole::Server(listener)), child)
         }
