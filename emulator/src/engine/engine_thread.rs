@@ -82,7 +82,16 @@ pub(crate) fn run(dev: &Arc<Device>) {
         } else if dev.link.pollable() && streaming {
             nap.reset();
             let mut last = dev.rx_lock.lock();
-            receive_ready(dev, AckTiming::Now, &mut last)
+            let got = receive_ready(dev, AckTiming::Now, &mut last);
+            drop(last);
+            match got {
+                Ok(0) => {
+                    super::poll_yield::after_empty_receive();
+                }
+                Ok(_) => super::poll_yield::poll_found_work(),
+                Err(_) => {}
+            }
+            got
         } else if dev.link.pollable() {
             nap.reset();
             // The traffic paused: nothing may wait for this thread's sleep.
