@@ -269,8 +269,8 @@ fn yield_and_learn(state: &mut YieldState) -> bool {
 }
 
 /// After an engine thread's receive found nothing while it polls a stream's link: spins,
-/// or yields as an application's empty poll does (no moves, no waits: the engine thread
-/// blocks on its own once the stream pauses).
+/// or yields as an application's empty poll does, and moves off a CPU it shares while
+/// another idles (no waits: the engine thread blocks on its own once the stream pauses).
 ///
 /// Why: the thread that sends the stream is often queued on this very CPU (one CPU-bound
 /// competitor on two cores leaves the stream's two threads one CPU), and an engine thread
@@ -278,13 +278,18 @@ fn yield_and_learn(state: &mut YieldState) -> bool {
 /// keeps it off: a loopback WRITE 64 KiB stream ran at 56-69% of raw UDP beside one
 /// competitor, and at 78-110% with these yields. Blocking on the link once a spin was
 /// preempted instead gave 63-81%. Alone on its CPU the thread soon yields rarely (quiet
-/// mode).
+/// mode). The move: a receiving engine thread left on its sender's CPU while the other
+/// idled was one cause of the two-process stream's slow runs (1.4 against 3.3 GB/s);
+/// six alternating `write_bw --loopback -s 65536` runs gave 3.25-3.45 GB/s with it,
+/// 2.5-3.47 without.
 /// Returns whether it yielded.
 pub(crate) fn after_empty_receive() -> bool {
     let mut state = STATE.with(Cell::get);
     let yields = state.empty_poll(Instant::now) != Idle::Spin;
-    if yields {
-        let _ = yield_and_learn(&mut state);
+    if yields && yield_and_learn(&mut state) && state.look_due(Instant::now()) {
+        if let Some(Load::CpuIdles) = load() {
+            let _ = move_off_current_cpu();
+        }
     }
     STATE.with(|s| s.set(state));
     yields
