@@ -171,7 +171,6 @@ unsafe fn create(
             read_completion_wallclock_ns: Some(sv_read_zero_u64),
         },
         current: Mutex::new(WorkCompletion::default()),
-        backoff: Default::default(),
     });
     let p = Box::into_raw(sv) as *mut IbvCqEx;
     register(p as *mut IbvCq, Kind::Cq);

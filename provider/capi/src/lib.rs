@@ -16,7 +16,6 @@
 
 pub mod abi;
 mod ah;
-mod backoff;
 mod bounce;
 mod channel;
 mod context;
