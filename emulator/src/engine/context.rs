@@ -149,7 +149,7 @@ impl EmuContext {
     /// instead of sleeping blind or yielding. Returns whether something arrived. Links that
     /// cannot be waited on this way sleep `timeout`.
     pub fn wait_for_traffic(&self, timeout: Duration) -> bool {
-        super::engine_thread::wait_for_traffic(self.dev(), timeout)
+        super::app_wait::wait_for_traffic(self.dev(), timeout)
     }
 }
 

@@ -39,9 +39,6 @@ const APP_POLL_NAP: Duration = Duration::from_micros(100);
 /// which made its t_99 2-4 times its median. The price is a later take-over of the link
 /// by an application that stops polling without arming a CQ first.
 const APP_POLL_NAP_MAX: Duration = MAX_SLEEP;
-/// Longest wait of [`wait_for_traffic`]: well under a nap, so that a waiting application
-/// keeps counting as polling.
-const APP_WAIT_MAX: Duration = Duration::from_micros(50);
 
 /// The thread body; returns when the device shuts down.
 pub(crate) fn run(dev: &Arc<Device>) {
@@ -263,7 +260,7 @@ pub(crate) fn receive_if_free(dev: &Device) -> usize {
     if !dev.link.pollable() {
         return 0;
     }
-    note_app_poll(dev);
+    super::app_wait::note_app_poll(dev);
     let Some(mut last) = dev.rx_lock.try_lock() else {
         return 0;
     };
@@ -274,38 +271,6 @@ pub(crate) fn receive_if_free(dev: &Device) -> usize {
             0
         }
     }
-}
-
-/// See `EmuContext::wait_for_traffic`: a waiting application counts as polling (it will
-/// receive as soon as it wakes), so the engine keeps off the link meanwhile.
-pub(crate) fn wait_for_traffic(dev: &Device, timeout: Duration) -> bool {
-    if !dev.link.pollable() {
-        std::thread::sleep(timeout);
-        return false;
-    }
-    note_app_poll(dev);
-    // Nothing the peers wait for may wait for this thread to wake up.
-    dev.flush_deferred_acks();
-    // The engine thread is handing datagrams to QPs right now (it took them off the link
-    // before this thread could): what this thread waits for may be among them. Wait for it
-    // to finish rather than for the link, which it has just emptied.
-    if dev.rx_lock.is_locked() {
-        drop(dev.rx_lock.lock());
-        return true;
-    }
-    let ready = dev
-        .link
-        .wait_readable(timeout.min(APP_WAIT_MAX))
-        .unwrap_or(false);
-    note_app_poll(dev);
-    ready
-}
-
-/// Tells the engine thread an application is polling (any change of the counter will do,
-/// so a racy load-and-store is enough and cheaper than an atomic add).
-fn note_app_poll(dev: &Device) {
-    let n = dev.app_polls.load(Ordering::Relaxed);
-    dev.app_polls.store(n.wrapping_add(1), Ordering::Relaxed);
 }
 
 /// Fires every expired QP deadline and device timer; returns the earliest deadline still

@@ -18,6 +18,7 @@
 //! (`async_events`).
 
 mod ack_hold;
+mod app_wait;
 pub mod async_events;
 pub mod clock;
 pub mod comm_est;

@@ -235,7 +235,7 @@ pub(crate) fn after_empty_poll(dev: &Device) {
     match state.empty_poll(Instant::now) {
         Idle::Spin => {}
         Idle::Wait => {
-            super::engine_thread::wait_for_traffic(dev, WAIT_AT_MOST);
+            super::app_wait::wait_for_traffic(dev, WAIT_AT_MOST);
         }
         Idle::Yield => {
             if yield_and_learn(&mut state) {
