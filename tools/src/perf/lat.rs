@@ -90,7 +90,7 @@ fn finish_sends(
     posted: u64,
     size: usize,
 ) -> VerbsResult<()> {
-    let mut backoff = Backoff::new(&side.ctx);
+    let mut backoff = Backoff::for_latency(&side.ctx);
     wait_sends(side, wcs, seen, posted, size, &mut backoff, Instant::now())
 }
 
@@ -329,7 +329,7 @@ pub fn client(
             None => s.iters.checked_sub(1),
             Some(_) => None,
         },
-        backoff: Backoff::new(&side.ctx),
+        backoff: Backoff::for_latency(&side.ctx),
         first_old: None,
         cq_mod: s.cq_mod as u64,
     };
@@ -394,7 +394,7 @@ pub fn server_write(
     let mut wr = template_back(side, Verb::Write, size, comm)?;
     let base = wr.send_flags;
     let mut wcs = vec![WorkCompletion::default(); 16];
-    let mut backoff = Backoff::new(&side.ctx);
+    let mut backoff = Backoff::for_latency(&side.ctx);
     let mut watch = PeerWatch::new();
     let count = s.duration.is_none().then_some(s.iters);
     // When the client was seen to move on: its last WRITE may still be on its way (it
@@ -453,7 +453,7 @@ pub fn server_send(
     let mut wcs = vec![WorkCompletion::default(); 16];
     let mut answered = 0u64;
     let mut seen = Reaped::default();
-    let mut backoff = Backoff::new(&side.ctx);
+    let mut backoff = Backoff::for_latency(&side.ctx);
     let mut watch = PeerWatch::new();
     loop {
         reap(side, &mut wcs, &mut seen, size)?;
