@@ -240,14 +240,8 @@ pub(crate) fn after_empty_poll(dev: &Device) {
         Idle::Yield => {
             if yield_and_learn(&mut state) {
                 let now = Instant::now();
-                if state.look_due(now) {
-                    match load() {
-                        Some(Load::CpuIdles) => {
-                            let _ = move_off_current_cpu();
-                        }
-                        Some(Load::Crowded) => state.crowded(now),
-                        Some(Load::Busy) | None => {}
-                    }
+                if look_and_place(&mut state, now) == Some(Load::Crowded) {
+                    state.crowded(now);
                 }
             }
         }
@@ -268,6 +262,20 @@ fn yield_and_learn(state: &mut YieldState) -> bool {
     state.yielded(switched)
 }
 
+/// After a run of yields that gave the CPU away: looks at the load if a look is due at
+/// `now`, and moves the thread off its CPU if another one idles; returns the load seen
+/// (`None` when no look was due or the load could not be read).
+fn look_and_place(state: &mut YieldState, now: Instant) -> Option<Load> {
+    if !state.look_due(now) {
+        return None;
+    }
+    let load = load();
+    if load == Some(Load::CpuIdles) {
+        let _ = move_off_current_cpu();
+    }
+    load
+}
+
 /// After an engine thread's receive found nothing while it polls a stream's link: spins,
 /// or yields as an application's empty poll does, and moves off a CPU it shares while
 /// another idles (no waits: the engine thread blocks on its own once the stream pauses).
@@ -282,14 +290,13 @@ fn yield_and_learn(state: &mut YieldState) -> bool {
 /// idled was one cause of the two-process stream's slow runs (1.4 against 3.3 GB/s);
 /// six alternating `write_bw --loopback -s 65536` runs gave 3.25-3.45 GB/s with it,
 /// 2.5-3.47 without.
+///
 /// Returns whether it yielded.
 pub(crate) fn after_empty_receive() -> bool {
     let mut state = STATE.with(Cell::get);
     let yields = state.empty_poll(Instant::now) != Idle::Spin;
-    if yields && yield_and_learn(&mut state) && state.look_due(Instant::now()) {
-        if let Some(Load::CpuIdles) = load() {
-            let _ = move_off_current_cpu();
-        }
+    if yields && yield_and_learn(&mut state) {
+        let _ = look_and_place(&mut state, Instant::now());
     }
     STATE.with(|s| s.set(state));
     yields
