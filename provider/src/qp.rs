@@ -19,11 +19,18 @@ struct QpInner {
     srq: Option<Srq>,
     qpn: u32,
     cap: QpCap,
+    /// The multicast groups it is attached to: detached before it is destroyed, which
+    /// the verbs refuse (EBUSY) while any attachment is left.
+    mcast_groups: parking_lot::Mutex<Vec<Gid>>,
 }
 
 impl Drop for QpInner {
     fn drop(&mut self) {
-        let _ = self.pd.inner.ctx.inner.backend.destroy_qp(self.qpn);
+        let backend = &self.pd.inner.ctx.inner.backend;
+        for gid in self.mcast_groups.get_mut().drain(..) {
+            let _ = backend.detach_mcast(self.qpn, &gid);
+        }
+        let _ = backend.destroy_qp(self.qpn);
     }
 }
 
@@ -109,6 +116,7 @@ impl<'a> QpBuilder<'a> {
                 srq: self.srq,
                 qpn,
                 cap,
+                mcast_groups: Default::default(),
             }),
         })
     }
@@ -216,6 +224,27 @@ impl Qp {
     /// Current state.
     pub fn state(&self) -> VerbsResult<QpState> {
         Ok(self.query()?.0.qp_state)
+    }
+
+    /// `ibv_attach_mcast`: this UD QP receives what is sent to multicast group `gid`
+    /// (an IPv4-mapped multicast GID such as `::ffff:239.1.2.3`; senders address it with an
+    /// AH to `gid` and remote QPN 0xFFFFFF). Attaching twice is not an error; ENOMEM
+    /// beyond the device's `max_mcast_grp` / `max_mcast_qp_attach`.
+    pub fn attach_mcast(&self, gid: &Gid) -> VerbsResult<()> {
+        let mut groups = self.inner.mcast_groups.lock();
+        self.backend().attach_mcast(self.inner.qpn, gid)?;
+        if !groups.contains(gid) {
+            groups.push(*gid);
+        }
+        Ok(())
+    }
+
+    /// `ibv_detach_mcast`: EINVAL when the QP is not attached to `gid`.
+    pub fn detach_mcast(&self, gid: &Gid) -> VerbsResult<()> {
+        let mut groups = self.inner.mcast_groups.lock();
+        self.backend().detach_mcast(self.inner.qpn, gid)?;
+        groups.retain(|g| g != gid);
+        Ok(())
     }
 
     /// `ibv_post_send`; on failure, the index of the first WR not posted.

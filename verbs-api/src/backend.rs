@@ -6,7 +6,7 @@
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use crate::device::{DeviceAttr, GidEntry, PortAttr};
+use crate::device::{DeviceAttr, Gid, GidEntry, PortAttr};
 use crate::error::{VerbsError, VerbsResult};
 use crate::event::AsyncEvent;
 use crate::flags::AccessFlags;
@@ -185,6 +185,18 @@ pub trait VerbsContext: Send + Sync {
     fn destroy_ah(&self, ah: u32) -> VerbsResult<()> {
         let _ = ah;
         Err(unsupported("address handles"))
+    }
+
+    /// `ibv_attach_mcast`: UD QP `qpn` receives the datagrams sent to multicast group
+    /// `gid` (destination QPN 0xFFFFFF). Attaching twice is not an error.
+    fn attach_mcast(&self, qpn: u32, gid: &Gid) -> VerbsResult<()> {
+        let _ = (qpn, gid);
+        Err(unsupported("multicast groups"))
+    }
+    /// `ibv_detach_mcast`: EINVAL when `qpn` is not attached to `gid`.
+    fn detach_mcast(&self, qpn: u32, gid: &Gid) -> VerbsResult<()> {
+        let _ = (qpn, gid);
+        Err(unsupported("multicast groups"))
     }
 
     /// `ibv_alloc_mw` in PD `pd`: returns the window id and its initial rkey.

@@ -58,6 +58,13 @@ impl Gid {
         Gid(g)
     }
 
+    /// True for a multicast GID as the kernel's `rdma_is_multicast_addr` sees one: an
+    /// IPv4-mapped GID of an IPv4 multicast address (224.0.0.0/4), or an IPv6 multicast
+    /// address (ff00::/8).
+    pub fn is_multicast(&self) -> bool {
+        self.to_ip().is_multicast()
+    }
+
     /// True for an all-zero GID.
     pub fn is_zero(&self) -> bool {
         self.0 == [0; 16]
@@ -233,6 +240,12 @@ pub struct DeviceAttr {
     pub max_ah: u32,
     /// Maximum inline data per send WR.
     pub max_inline_data: u32,
+    /// Maximum multicast groups (0: no UD multicast).
+    pub max_mcast_grp: u32,
+    /// Maximum QPs attached to one multicast group.
+    pub max_mcast_qp_attach: u32,
+    /// Maximum QP attachments to multicast groups in all.
+    pub max_total_mcast_qp_attach: u32,
     /// Physical ports.
     pub phys_port_cnt: u8,
 }
@@ -249,6 +262,15 @@ mod tests {
         assert_eq!("::ffff:127.0.0.1".parse::<Gid>().unwrap(), g);
         assert_eq!("127.0.0.1".parse::<Gid>().unwrap(), g);
         assert_eq!("nonsense".parse::<Gid>().unwrap_err().errno(), 22);
+    }
+
+    #[test]
+    fn multicast_gids_are_ipv4_mapped_multicast_or_ipv6_multicast() {
+        assert!("::ffff:230.1.2.3".parse::<Gid>().unwrap().is_multicast());
+        assert!("ff12:401b::1".parse::<Gid>().unwrap().is_multicast());
+        assert!(!"::ffff:127.0.0.1".parse::<Gid>().unwrap().is_multicast());
+        assert!(!"fe80::1".parse::<Gid>().unwrap().is_multicast());
+        assert!(!Gid::default().is_multicast());
     }
 
     #[test]

@@ -15,8 +15,8 @@ use softverbs_api::backend::{MrKeys, PostError};
 use softverbs_api::mw::{BindMwWr, MwBind, MwType};
 use softverbs_api::qp_transition::{validate_modify, ModifyLimits};
 use softverbs_api::{
-    AccessFlags, AhAttr, AsyncElement, AsyncEvent, AsyncEventKind, DeviceAttr, GidEntry, PortAttr,
-    QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, RecvWr, SendWr, SrqAttr, SrqAttrMask,
+    AccessFlags, AhAttr, AsyncElement, AsyncEvent, AsyncEventKind, DeviceAttr, Gid, GidEntry,
+    PortAttr, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, RecvWr, SendWr, SrqAttr, SrqAttrMask,
     VerbsContext, VerbsError, VerbsResult, WorkCompletion,
 };
 
@@ -367,6 +367,7 @@ impl VerbsContext for EmuContext {
 
     fn destroy_qp(&self, qpn: u32) -> VerbsResult<()> {
         let dev = self.dev();
+        dev.check_detached(qpn)?;
         let entry = {
             let mut qps = dev.qps.write();
             let entry = qps
@@ -388,6 +389,14 @@ impl VerbsContext for EmuContext {
         // Type 2 windows bound through it can never be used again: free their regions.
         dev.mem.release_qp_windows(qpn);
         Ok(())
+    }
+
+    fn attach_mcast(&self, qpn: u32, gid: &Gid) -> VerbsResult<()> {
+        self.dev().attach_mcast(&self.runtime.device, qpn, gid)
+    }
+
+    fn detach_mcast(&self, qpn: u32, gid: &Gid) -> VerbsResult<()> {
+        self.dev().detach_mcast(qpn, gid)
     }
 
     fn post_send(&self, qpn: u32, wrs: &[SendWr]) -> Result<(), PostError> {

@@ -104,6 +104,8 @@ pub struct Device {
     pub(crate) retired_qp_counters: Mutex<Counters>,
     pub(crate) srqs: RwLock<HashMap<u32, Arc<Mutex<SharedRecvQueue>>>>,
     pub(crate) ahs: RwLock<AhTable>,
+    /// The UD multicast groups its QPs are attached to (see `multicast`).
+    pub(crate) multicast: super::multicast::McastGroups,
     /// Port 1 is up (see `EmuContext::set_port_active`).
     pub(crate) port_active: AtomicBool,
     /// The async event queue of each open context, by context id.
@@ -151,6 +153,7 @@ impl Device {
             qps: RwLock::new(HashMap::default()),
             retired_qp_counters: Mutex::new(Counters::default()),
             srqs: RwLock::new(HashMap::new()),
+            multicast: Default::default(),
             ahs: RwLock::new(AhTable::default()),
             port_active: AtomicBool::new(true),
             contexts: Mutex::new(HashMap::new()),

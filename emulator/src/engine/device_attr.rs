@@ -16,6 +16,15 @@ impl Device {
     pub(crate) fn device_attr(&self) -> DeviceAttr {
         let guid = self.config.node_guid();
         let l = &self.config.limits;
+        // Zero on a link without IP multicast: programs (pyverbs' tests) skip multicast then.
+        let (mcast_groups, mcast_attach) = if self.serves_multicast() {
+            (
+                super::multicast::MAX_MCAST_GROUPS,
+                super::multicast::MAX_MCAST_QP_ATTACH,
+            )
+        } else {
+            (0, 0)
+        };
         DeviceAttr {
             fw_ver: env!("CARGO_PKG_VERSION").to_string(),
             node_guid: guid,
@@ -39,6 +48,9 @@ impl Device {
             max_srq_sge: l.max_srq_sge,
             max_ah: l.max_ah,
             max_inline_data: l.max_inline_data,
+            max_mcast_grp: mcast_groups,
+            max_mcast_qp_attach: mcast_attach,
+            max_total_mcast_qp_attach: mcast_groups * mcast_attach,
             phys_port_cnt: 1,
         }
     }

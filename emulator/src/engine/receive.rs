@@ -5,8 +5,9 @@
 //! 2. the ICRC verifies for the IP header the datagram most plausibly travelled with,
 //! 3. it parses as RoCEv2 (the opcode table says which headers and how long),
 //! 4. the BTH is one we take: transport header version 0, the default P_Key,
-//! 5. it is addressed to a data QP whose transport is the opcode's (RC / UC / UD), or to
-//!    QP1 (the GSI, for the connection manager), and a connected QP hears only its peer,
+//! 5. it is addressed to a data QP whose transport is the opcode's (RC / UC / UD), to
+//!    QP1 (the GSI, for the connection manager), or to QPN 0xFFFFFF of a multicast group
+//!    (every UD QP attached to it, see `multicast`), and a connected QP hears only its peer,
 //!
 //! and is then handed to the data QP's transport (`TransportQp::on_packet`), to the GSI
 //! handler a CM installed ([`GsiHandler`]), or dropped. Each drop reason ([`RxDrop`]) has
@@ -109,6 +110,9 @@ impl Device {
         }
         let repr = check_datagram(d)?;
         let qpn = repr.bth.dest_qp;
+        if qpn == super::multicast::MULTICAST_QPN {
+            return self.receive_multicast(&repr, d);
+        }
         if qpn == GSI_QPN {
             let handler = self.gsi_handler.read().clone();
             let handler = handler.ok_or(RxDrop::GsiUnhandled)?;
@@ -138,7 +142,7 @@ impl Device {
 /// The IP header the datagram came with, as far as the link tells: a UDP socket reports
 /// neither TTL nor TOS, so those are what our own senders use (64 and 0); the IPv4
 /// identification is what the ICRC check verified (0 for DF senders such as softverbs).
-fn net_header(d: DatagramView<'_>) -> NetHeader {
+pub(super) fn net_header(d: DatagramView<'_>) -> NetHeader {
     NetHeader {
         src: d.src.ip(),
         dst: d.dst.ip(),

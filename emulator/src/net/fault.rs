@@ -393,6 +393,17 @@ impl Link for FaultyLink {
         self.inner.shared_port()
     }
 
+    fn carries_multicast(&self) -> bool {
+        self.inner.carries_multicast()
+    }
+
+    fn join_group(
+        &self,
+        group: std::net::IpAddr,
+    ) -> io::Result<crate::net::multicast::GroupSocket> {
+        self.inner.join_group(group)
+    }
+
     fn finalize(&self, packet: &mut OutPacket) -> io::Result<()> {
         self.inner.finalize(packet)
     }

@@ -13,6 +13,7 @@ pub mod channel;
 pub mod ethernet;
 pub mod fault;
 pub mod icrc_check;
+pub mod multicast;
 pub mod pacer;
 pub mod packet;
 pub mod packet_pool;
@@ -134,6 +135,22 @@ pub trait Link: Send + Sync {
             p.fill_payload(payload);
         }
         self.send_batch(packets)
+    }
+
+    /// Whether [`Link::join_group`] can work: the link carries IP multicast.
+    fn carries_multicast(&self) -> bool {
+        false
+    }
+
+    /// Joins IP multicast group `group` for this link's device: the socket the group's
+    /// datagrams to the device's port arrive on (see [`multicast`]). `Unsupported` (the
+    /// default) for a link without IP multicast.
+    fn join_group(&self, group: std::net::IpAddr) -> io::Result<multicast::GroupSocket> {
+        let _ = group;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this link carries no IP multicast",
+        ))
     }
 
     /// The QP numbers this link's device may hand out, when it shares its port with other

@@ -98,6 +98,8 @@ impl UdpLink {
         }
         let _ = socket.set_send_buffer_size(SOCKET_BUFFER_BYTES);
         socket.bind(&SockAddr::from(local))?;
+        // UD multicast sends leave through the device's own interface (see `multicast`).
+        super::multicast::set_multicast_interface(&socket, ip)?;
         let local = socket
             .local_addr()?
             .as_socket()
@@ -369,6 +371,14 @@ impl Link for UdpLink {
             })
             .collect();
         self.send_all(&list)
+    }
+
+    fn carries_multicast(&self) -> bool {
+        matches!(self.local.ip(), std::net::IpAddr::V4(v4) if !v4.is_unspecified())
+    }
+
+    fn join_group(&self, group: IpAddr) -> io::Result<super::multicast::GroupSocket> {
+        super::multicast::GroupSocket::join(group, self.local.port(), self.local.ip())
     }
 
     fn pollable(&self) -> bool {

@@ -55,6 +55,9 @@ pub(crate) fn device_attr(a: &ibv_device_attr) -> DeviceAttr {
         max_ah: nonneg(a.max_ah),
         // ibv_device_attr has no inline limit; the QP's granted cap says it.
         max_inline_data: 0,
+        max_mcast_grp: nonneg(a.max_mcast_grp),
+        max_mcast_qp_attach: nonneg(a.max_mcast_qp_attach),
+        max_total_mcast_qp_attach: nonneg(a.max_total_mcast_qp_attach),
         phys_port_cnt: a.phys_port_cnt,
     }
 }

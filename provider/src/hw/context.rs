@@ -14,9 +14,9 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use softverbs_api::backend::MrKeys;
 use softverbs_api::{
-    AccessFlags, AhAttr, AsyncEvent, DeviceAttr, GidEntry, MwBind, MwType, PortAttr, PostError,
-    QpAttr, QpAttrMask, QpCap, QpInitAttr, RecvWr, SendWr, SrqAttr, SrqAttrMask, VerbsContext,
-    VerbsError, VerbsResult, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, AsyncEvent, DeviceAttr, Gid, GidEntry, MwBind, MwType, PortAttr,
+    PostError, QpAttr, QpAttrMask, QpCap, QpInitAttr, RecvWr, SendWr, SrqAttr, SrqAttrMask,
+    VerbsContext, VerbsError, VerbsResult, WorkCompletion, WrOpcode,
 };
 
 use super::convert::{self, error};
@@ -397,6 +397,20 @@ impl VerbsContext for HwContext {
 
     fn destroy_srq(&self, srq: u32) -> VerbsResult<()> {
         self.srqs.remove_with(srq, not_found, RawSrq::destroy)
+    }
+
+    fn attach_mcast(&self, qpn: u32, gid: &Gid) -> VerbsResult<()> {
+        let qp = self.qps.get(qpn, not_found)?;
+        qp.raw
+            .multicast(gid.0, true)
+            .map_err(|e| error(e, "ibv_attach_mcast"))
+    }
+
+    fn detach_mcast(&self, qpn: u32, gid: &Gid) -> VerbsResult<()> {
+        let qp = self.qps.get(qpn, not_found)?;
+        qp.raw
+            .multicast(gid.0, false)
+            .map_err(|e| error(e, "ibv_detach_mcast"))
     }
 
     fn create_ah(&self, pd: u32, a: &AhAttr) -> VerbsResult<u32> {

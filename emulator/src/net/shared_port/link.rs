@@ -226,6 +226,17 @@ impl Link for SharedLink {
         Some(&self.member)
     }
 
+    fn carries_multicast(&self) -> bool {
+        self.udp.carries_multicast()
+    }
+
+    fn join_group(
+        &self,
+        group: std::net::IpAddr,
+    ) -> io::Result<crate::net::multicast::GroupSocket> {
+        self.udp.join_group(group)
+    }
+
     fn pollable(&self) -> bool {
         true
     }

@@ -171,6 +171,20 @@ impl RawQp {
         Ok(attr)
     }
 
+    /// `ibv_attach_mcast` (`attach`) or `ibv_detach_mcast` of multicast GID `gid` (no LID:
+    /// RoCE has none).
+    pub(crate) fn multicast(&self, gid: [u8; 16], attach: bool) -> Result<(), Errno> {
+        let c_gid = ibv_gid { raw: gid };
+        // SAFETY: live QP; `c_gid` lives for the call, which only reads it.
+        rc(unsafe {
+            if attach {
+                ibv_attach_mcast(self.0.as_ptr(), &c_gid, 0)
+            } else {
+                ibv_detach_mcast(self.0.as_ptr(), &c_gid, 0)
+            }
+        })
+    }
+
     /// `ibv_post_recv`; on failure, the index of the first WR not posted.
     pub(crate) fn post_recv(&self, wrs: &[RecvDesc]) -> Result<(), (usize, Errno)> {
         post_recv_list(wrs, |head, bad| {
