@@ -24,6 +24,7 @@ mod cq;
 mod device;
 mod events;
 mod handle;
+mod mcast;
 mod misc;
 mod mr;
 mod mr_ex;

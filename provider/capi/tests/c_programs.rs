@@ -5,7 +5,9 @@
 //! - srq_limit.c: an SRQ limit event on the real async_fd, completion-channel waits, and
 //!   every byte and completion field of the messages checked;
 //! - rereg_mr.c: ibv_rereg_mr's return codes and errno on bad input, and CHANGE_ACCESS /
-//!   CHANGE_TRANSLATION / CHANGE_PD seen through RDMA WRITE and READ from the other device.
+//!   CHANGE_TRANSLATION / CHANGE_PD seen through RDMA WRITE and READ from the other device;
+//! - mcast.c: UD multicast (ibv_attach_mcast / ibv_detach_mcast) between the two devices,
+//!   every byte and completion field checked, EBUSY for destroying an attached QP.
 
 mod common;
 
@@ -47,5 +49,12 @@ fn srq_limit_event_and_completion_channel_from_c() {
 fn rereg_mr_from_c_moves_the_region_and_rejects_bad_input() {
     if let Some(exe) = compile("rereg_mr") {
         run(&exe, 32, "checks passed");
+    }
+}
+
+#[test]
+fn ud_multicast_from_c_reaches_every_attached_qp() {
+    if let Some(exe) = compile("mcast") {
+        run(&exe, 33, "checks passed");
     }
 }
