@@ -70,8 +70,8 @@ fn rdma_core_test_suite_passes() {
 /// /sys/class/infiniband/DEV/device/net/ (base.py finds the address there, with `ip`).
 /// So they run in a network and mount namespace of their own (root, as CI is): loopback
 /// holds the device's address alone, and a tmpfs over /sys/class names `lo` as the
-/// device's interface. Nothing else changes; the skips are the suite's capability
-/// queries (multicast).
+/// device's interface. Nothing else changes; all ten tests pass, the three multicast
+/// ones included (loopback carries the group).
 const RDMACM_NAMESPACE_SCRIPT: &str = r#"set -e
 mount --make-rprivate /
 ip link set lo up
@@ -112,6 +112,9 @@ fn rdmacm_tests_pass_in_a_namespace_of_their_own() {
         "test_rdmacm_async_reject_traffic",
         "test_rdmacm_async_udp_traffic",
         "test_rdmacm_async_traffic_external_qp",
+        "test_rdmacm_async_multicast_traffic",
+        "test_rdmacm_async_ex_multicast_traffic",
+        "test_rdmacm_async_ex_leave_multicast_traffic",
     ] {
         assert!(
             t.lines()

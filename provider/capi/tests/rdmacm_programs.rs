@@ -1,7 +1,8 @@
 //! Unmodified Debian rdma_cm programs (rdmacm-utils, perftest -R) on the drop-in
 //! librdmacm.so.1, server and client in two processes, on two devices and on one shared
 //! device. Each program checks its own data (rping -v prints every ping it verified;
-//! ucmatose, udaddy and rdma_server/client fail on a lost or wrong message); the tests
+//! ucmatose, udaddy and rdma_server/client fail on a lost or wrong message, mckey's
+//! receiver waits for every multicast message); the tests
 //! check the exit codes and what the programs print.
 
 mod common;
@@ -153,6 +154,50 @@ fn udaddy_resolves_through_sidr_and_exchanges_datagrams() {
         "10",
     ]);
     run_exchange(&udaddy, 43, &server, &client);
+}
+
+#[test]
+fn mckey_sends_to_a_multicast_group_on_two_devices_and_on_one() {
+    let Some(mckey) = installed("mckey", "rdmacm-utils") else {
+        return;
+    };
+    // The receiver joins, posts its receives and waits for every message; the sender
+    // joins (send-only with -o), waits 3 s (mckey's own pause) and sends. A lost
+    // message leaves the receiver waiting: the run fails on the time limit.
+    for (sender_bind, sender_flags) in [("127.22.53.2", &[][..]), ("127.22.53.1", &["-o"][..])] {
+        let receiver = s(&[
+            "-m",
+            "239.22.53.1",
+            "-b",
+            "127.22.53.1",
+            "-C",
+            "20",
+            "-S",
+            "1000",
+        ]);
+        let mut sender = s(&[
+            "-m",
+            "239.22.53.1",
+            "-b",
+            sender_bind,
+            "-s",
+            "-C",
+            "20",
+            "-S",
+            "1000",
+        ]);
+        sender.extend(s(sender_flags));
+        let (r, c) = run_pair(&mckey, 53, &receiver, &sender, LIMIT);
+        for (who, out) in [("receiver", &r), ("sender", &c)] {
+            assert!(
+                out.contains("joined dgid: ::ffff:239.22.53.1"),
+                "{who}: {out}"
+            );
+            assert!(out.contains("data transfers complete"), "{who}: {out}");
+            assert!(out.contains("return status 0"), "{who}: {out}");
+        }
+        assert!(r.contains("receiving data transfers"), "{r}");
+    }
 }
 
 #[test]

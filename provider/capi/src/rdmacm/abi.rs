@@ -171,6 +171,27 @@ pub struct RdmaAddrinfo {
     pub ai_next: *mut RdmaAddrinfo,
 }
 
+/// `struct rdma_cm_join_mc_attr_ex` (rdma_join_multicast_ex).
+#[repr(C)]
+pub struct RdmaCmJoinMcAttrEx {
+    pub comp_mask: u32,
+    pub join_flags: u32,
+    pub addr: *mut libc::sockaddr,
+}
+
+/// `RDMA_CM_JOIN_MC_ATTR_ADDRESS`: `addr` is set.
+pub const JOIN_MC_ATTR_ADDRESS: u32 = 1;
+/// `RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS`: `join_flags` is set.
+pub const JOIN_MC_ATTR_JOIN_FLAGS: u32 = 2;
+/// `RDMA_CM_JOIN_MC_ATTR_RESERVED`: the first unknown comp_mask bit.
+pub const JOIN_MC_ATTR_RESERVED: u32 = 4;
+/// `RDMA_MC_JOIN_FLAG_FULLMEMBER`: send and receive.
+pub const MC_JOIN_FLAG_FULLMEMBER: u32 = 0;
+/// `RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER`: send only (the QP is not attached).
+pub const MC_JOIN_FLAG_SENDONLY_FULLMEMBER: u32 = 1;
+/// `RDMA_MC_JOIN_FLAG_RESERVED`: the first unknown join flag.
+pub const MC_JOIN_FLAG_RESERVED: u32 = 2;
+
 /// `struct ibv_ece` (verbs.h; rdma_set_local_ece / rdma_get_remote_ece).
 #[repr(C)]
 pub struct IbvEce {

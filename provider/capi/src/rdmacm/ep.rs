@@ -66,8 +66,9 @@ unsafe fn resolve(
 
 /// `rdma_getaddrinfo`: `node` / `service` resolved (RAI_PASSIVE: the address to bind,
 /// the wildcard without a node; else the destination, with `hints->ai_src_addr` as the
-/// source if given). Port space and QP type from the hints (TCP and RC by default, UDP
-/// for a UD QP type).
+/// source if given). Without node and service, librdmacm's: the hints' addresses and
+/// fields (pyverbs' `AddrInfo(src=...)` for a multicast group). Port space and QP type
+/// from the hints (TCP and RC by default, UDP for a UD QP type).
 #[no_mangle]
 pub unsafe extern "C" fn sv_rdma_getaddrinfo(
     node: *const c_char,
@@ -75,7 +76,8 @@ pub unsafe extern "C" fn sv_rdma_getaddrinfo(
     hints: *const RdmaAddrinfo,
     res: *mut *mut RdmaAddrinfo,
 ) -> i32 {
-    if res.is_null() || (node.is_null() && service.is_null()) {
+    let from_hints_only = node.is_null() && service.is_null();
+    if res.is_null() || (from_hints_only && hints.is_null()) {
         return super::fail(libc::EINVAL);
     }
     // SAFETY: the caller's hints, or NULL.
@@ -94,29 +96,37 @@ pub unsafe extern "C" fn sv_rdma_getaddrinfo(
     if qp_type == 0 {
         qp_type = if ps == RDMA_PS_UDP as i32 { 4 } else { 2 };
     }
-    // SAFETY: per rdma_getaddrinfo's contract the strings are NUL-terminated.
-    let addr = match unsafe { resolve(node, service, flags, family) } {
-        Ok(a) => a,
-        Err(e) => return super::fail(e),
+    let hint_addr = |which: fn(&RdmaAddrinfo) -> *mut libc::sockaddr| {
+        hints
+            .map(which)
+            .filter(|a| !a.is_null())
+            // SAFETY: an address of the caller's hints, a sockaddr.
+            .and_then(|a| unsafe { sockaddr::read(a) })
+    };
+    let addr = if from_hints_only {
+        None
+    } else {
+        // SAFETY: per rdma_getaddrinfo's contract the strings are NUL-terminated.
+        match unsafe { resolve(node, service, flags, family) } {
+            Ok(a) => Some(a),
+            Err(e) => return super::fail(e),
+        }
     };
     // SAFETY: a plain C struct; zero is its empty value.
     let mut boxed: Box<SvAddrinfo> = Box::new(unsafe { std::mem::zeroed() });
     boxed.ai.ai_flags = flags;
-    boxed.ai.ai_family = if addr.is_ipv4() {
-        libc::AF_INET
-    } else {
-        libc::AF_INET6
+    boxed.ai.ai_family = match addr {
+        Some(a) if a.is_ipv4() => libc::AF_INET,
+        Some(_) => libc::AF_INET6,
+        None => family,
     };
     boxed.ai.ai_qp_type = qp_type;
     boxed.ai.ai_port_space = ps;
-    let src_hint = hints
-        .filter(|h| !h.ai_src_addr.is_null())
-        // SAFETY: the hints' source address, a sockaddr of the caller's.
-        .and_then(|h| unsafe { sockaddr::read(h.ai_src_addr) });
-    let (src, dst) = if flags & RAI_PASSIVE != 0 {
-        (Some(addr), None)
-    } else {
-        (src_hint, Some(addr))
+    let src_hint = hint_addr(|h| h.ai_src_addr);
+    let (src, dst) = match addr {
+        Some(addr) if flags & RAI_PASSIVE != 0 => (Some(addr), None),
+        Some(addr) => (src_hint, Some(addr)),
+        None => (src_hint, hint_addr(|h| h.ai_dst_addr)),
     };
     let p: *mut SvAddrinfo = &mut *boxed;
     // SAFETY: p points into the box, whose storage fields have room for any address.

@@ -25,7 +25,7 @@ pub struct SvEvent {
     pub listener: Option<Arc<IdInner>>,
 }
 
-fn blank(target: &Arc<IdInner>, event: u32, status: i32) -> Box<SvEvent> {
+pub(super) fn blank(target: &Arc<IdInner>, event: u32, status: i32) -> Box<SvEvent> {
     Box::new(SvEvent {
         ev: RdmaCmEvent {
             id: target.c_id(),
@@ -90,6 +90,7 @@ pub fn materialize(raw: RawEvent) -> Option<Box<SvEvent>> {
     }
     let (core, kind, via) = match raw.what {
         RawKind::Local { event, status } => return Some(blank(&target, event, status)),
+        RawKind::Join { group } => return super::mcast::join_event(&target, group),
         RawKind::Core { id, kind, via } => (id, kind, via),
     };
     match kind {

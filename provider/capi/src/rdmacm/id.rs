@@ -122,6 +122,9 @@ pub unsafe extern "C" fn sv_rdma_destroy_id(id: *mut RdmaCmId) -> i32 {
         return super::fail(libc::EINVAL);
     }
     inner.destroyed.store(true, Ordering::SeqCst);
+    // SAFETY: the id was live until just now; its QP field is the application's.
+    unsafe { super::mcast::detach_all(&inner, id) };
+    inner.state.lock().groups.clear();
     inner.teardown();
     // SAFETY: the id was live until just now; its memory stays until free_if_done.
     unsafe { release_held_event(id) };

@@ -21,6 +21,7 @@ mod devices;
 mod ep;
 mod event;
 mod id;
+mod mcast;
 mod misc;
 mod qp;
 mod shared;

@@ -276,6 +276,8 @@ pub unsafe extern "C" fn sv_rdma_destroy_qp(id: *mut RdmaCmId) {
     // SAFETY: a live id: the library's own fields and objects.
     unsafe {
         if !(*id).qp.is_null() {
+            // Attached to a group, the QP would not go (EBUSY).
+            super::mcast::detach_all(&inner, id);
             sv_ibv_destroy_qp((*id).qp);
             (*id).qp = std::ptr::null_mut();
         }

@@ -39,6 +39,8 @@ pub struct RawEvent {
 pub enum RawKind {
     /// Made by the library itself (address and route resolution).
     Local { event: u32, status: i32 },
+    /// The id joined multicast group `group` (see `mcast`).
+    Join { group: SocketAddr },
     /// From the device's CM core; `via` names the device for a wildcard listener.
     Core {
         id: CoreId,
@@ -172,6 +174,8 @@ pub struct IdState {
     pub own_cqs: bool,
     /// RDMA_OPTION_ID_ACK_TIMEOUT, for the QP's RTS.
     pub ack_timeout: Option<u8>,
+    /// The multicast groups it joined (see `mcast`), at most `mcast::MAX_JOINS`.
+    pub groups: Vec<super::mcast::Joined>,
 }
 
 /// What rdma_create_ep kept of a passive id's QP attributes: the PD (0: the id's) and
@@ -265,6 +269,16 @@ impl IdInner {
         channel.queue.push_if(raw, |_, _| true);
     }
 
+    /// Queues the MULTICAST_JOIN event of `group` for the id.
+    pub fn post_join(&self, group: SocketAddr) {
+        let raw = RawEvent {
+            target: self.me.clone(),
+            what: RawKind::Join { group },
+        };
+        let channel = self.channel.lock().clone();
+        channel.queue.push_if(raw, |_, _| true);
+    }
+
     /// True while the id is synchronous.
     pub fn is_sync(&self) -> bool {
         self.sync.load(Ordering::SeqCst)
@@ -341,6 +355,7 @@ pub fn new_id(
             ep_qp_attr: None,
             own_cqs: false,
             ack_timeout: None,
+            groups: Vec::new(),
         }),
         children: Mutex::new(HashMap::new()),
         destroyed: AtomicBool::new(false),

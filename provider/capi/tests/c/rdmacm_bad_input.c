@@ -65,7 +65,7 @@ int main(int argc, char **argv) {
     EXPECT_ERR(rdma_disconnect(id), EINVAL);
     EXPECT_ERR(rdma_resolve_addr(id, NULL, NULL, 1000), EINVAL);
     EXPECT_ERR(rdma_bind_addr(id, (struct sockaddr *)&nodev), EADDRNOTAVAIL);
-    EXPECT_ERR(rdma_join_multicast(id, (struct sockaddr *)&dev0, NULL), EOPNOTSUPP);
+    EXPECT_ERR(rdma_join_multicast(id, (struct sockaddr *)&dev0, NULL), EINVAL); /* not bound */
 
     /* A port taken twice. */
     EXPECT_OK(rdma_bind_addr(id, (struct sockaddr *)&dev0));
@@ -129,6 +129,50 @@ int main(int argc, char **argv) {
     EXPECT_OK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP));
     EXPECT_ERR(rdma_resolve_addr(id, (struct sockaddr *)&dev1, (struct sockaddr *)&nodev, 1000),
                EHOSTUNREACH);
+    EXPECT_OK(rdma_destroy_id(id));
+
+    /* Multicast: malformed joins, a leave of what was never joined, a unicast "group"
+     * (MULTICAST_ERROR: the QP's attach fails), and a real group's UD parameters. */
+    struct sockaddr_in group = addr("239.22.44.9", 0);
+    EXPECT_OK(rdma_create_id(ch, &id, NULL, RDMA_PS_UDP));
+    EXPECT_ERR(rdma_leave_multicast(id, (struct sockaddr *)&group), EADDRNOTAVAIL);
+    EXPECT_OK(rdma_bind_addr(id, (struct sockaddr *)&dev1));
+    EXPECT_ERR(rdma_join_multicast(id, NULL, NULL), EINVAL);
+    struct rdma_cm_join_mc_attr_ex mc;
+    memset(&mc, 0, sizeof mc);
+    mc.addr = (struct sockaddr *)&group;
+    mc.comp_mask = RDMA_CM_JOIN_MC_ATTR_RESERVED;
+    EXPECT_ERR(rdma_join_multicast_ex(id, &mc, NULL), ENOTSUP);
+    mc.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS; /* no join flags */
+    EXPECT_ERR(rdma_join_multicast_ex(id, &mc, NULL), EINVAL);
+    mc.comp_mask |= RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+    mc.join_flags = RDMA_MC_JOIN_FLAG_RESERVED;
+    EXPECT_ERR(rdma_join_multicast_ex(id, &mc, NULL), EINVAL);
+    qa.qp_type = IBV_QPT_UD;
+    EXPECT_OK(rdma_create_qp(id, NULL, &qa));
+    EXPECT_OK(rdma_join_multicast(id, (struct sockaddr *)&dev0, (void *)0x1234));
+    e = next(ch, RDMA_CM_EVENT_MULTICAST_ERROR);
+    if (e->param.ud.private_data != (void *)0x1234) FAIL("MULTICAST_ERROR context");
+    EXPECT_OK(rdma_ack_cm_event(e));
+    EXPECT_OK(rdma_leave_multicast(id, (struct sockaddr *)&dev0));
+    EXPECT_OK(rdma_join_multicast(id, (struct sockaddr *)&group, (void *)0x5678));
+    e = next(ch, RDMA_CM_EVENT_MULTICAST_JOIN);
+    const struct rdma_ud_param *ud = &e->param.ud;
+    static const unsigned char mgid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 239, 22, 44, 9};
+    if (ud->private_data != (void *)0x5678 || ud->qp_num != 0xffffff || ud->qkey != RDMA_UDP_QKEY ||
+        !ud->ah_attr.is_global || memcmp(ud->ah_attr.grh.dgid.raw, mgid, 16) != 0)
+        FAIL("MULTICAST_JOIN parameters: context %p qpn %#x qkey %#x", ud->private_data,
+             ud->qp_num, ud->qkey);
+    EXPECT_OK(rdma_ack_cm_event(e));
+    /* The QP is attached now: verbs refuse to destroy it, rdma_leave_multicast detaches. */
+    if (ibv_destroy_qp(id->qp) != EBUSY) FAIL("ibv_destroy_qp of an attached QP");
+    checks++;
+    EXPECT_OK(rdma_leave_multicast(id, (struct sockaddr *)&group));
+    EXPECT_ERR(rdma_leave_multicast(id, (struct sockaddr *)&group), EADDRNOTAVAIL);
+    /* Joined and not left: rdma_destroy_qp detaches before it destroys. */
+    EXPECT_OK(rdma_join_multicast(id, (struct sockaddr *)&group, NULL));
+    EXPECT_OK(rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_MULTICAST_JOIN)));
+    rdma_destroy_qp(id);
     EXPECT_OK(rdma_destroy_id(id));
 
     /* Unsupported entry points answer, never abort. */
