@@ -463,6 +463,19 @@ pub fn remote_all_access() -> AccessFlags {
         | AccessFlags::REMOTE_ATOMIC
 }
 
+/// A UD QP in `pd` with capacities `cap`, completing into `send_cq` and `recv_cq`, moved
+/// to RTS with Q_Key `qkey`.
+pub fn ud_qp(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, cap: QpCap, qkey: u32) -> Qp {
+    let qp = pd
+        .qp_builder()
+        .qp_type(softverbs::QpType::Ud)
+        .cap(cap)
+        .build(send_cq, recv_cq)
+        .expect("create a UD QP");
+    qp.activate_ud(qkey, 0x55).expect("UD QP to RTS");
+    qp
+}
+
 /// Registers a zeroed buffer of `len` bytes in `pd` with `access`.
 pub fn register_mr(pd: &Pd, len: usize, access: AccessFlags) -> Mr {
     pd.register(buffer(len), access)

@@ -4,7 +4,7 @@
 //! unreachable address, opcodes UD does not have).
 
 use softverbs::{
-    AccessFlags, Ah, AhAttr, Context, Cq, Gid, Mr, Pd, Qp, QpCap, QpType, RecvWr, SendWr, WcFlags,
+    AccessFlags, Ah, AhAttr, Context, Cq, Gid, Mr, Pd, Qp, QpCap, RecvWr, SendWr, WcFlags,
     WcOpcode, WcStatus, WrOpcode,
 };
 use softverbs_conformance::*;
@@ -24,19 +24,11 @@ impl UdSide {
     fn new(ctx: &Context, qkey: u32) -> UdSide {
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(64).unwrap();
-        let qp = pd
-            .qp_builder()
-            .qp_type(QpType::Ud)
-            .cap(QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 2,
-                max_recv_sge: 2,
-                max_inline_data: 64,
-            })
-            .build(&cq, &cq)
-            .unwrap();
-        qp.activate_ud(qkey, 0x55).unwrap();
+        let cap = QpCap {
+            max_inline_data: 64,
+            ..softverbs_testkit::qp_cap(16, 2)
+        };
+        let qp = ud_qp(&pd, &cq, &cq, cap, qkey);
         let mr = pd
             .register(buffer(64 * 1024), AccessFlags::LOCAL_WRITE)
             .unwrap();

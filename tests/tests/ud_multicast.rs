@@ -7,10 +7,11 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use softverbs::{
-    AccessFlags, Ah, AhAttr, Context, Cq, Gid, Mr, Pd, Qp, QpCap, QpType, RecvWr, SendWr, WcFlags,
+    AccessFlags, Ah, AhAttr, Context, Cq, Gid, Mr, Pd, Qp, QpType, RecvWr, SendWr, WcFlags,
     WcOpcode, WcStatus,
 };
 use softverbs_conformance::*;
+use softverbs_testkit::qp_cap;
 
 const FILE: u8 = 36;
 const QKEY: u32 = 0x0123_4567;
@@ -32,19 +33,7 @@ impl Member {
     fn new(ctx: &Context, qkey: u32) -> Member {
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(64).unwrap();
-        let qp = pd
-            .qp_builder()
-            .qp_type(QpType::Ud)
-            .cap(QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            })
-            .build(&cq, &cq)
-            .unwrap();
-        qp.activate_ud(qkey, 0).unwrap();
+        let qp = ud_qp(&pd, &cq, &cq, qp_cap(16, 1), qkey);
         let mr = pd.register(buffer(8192), AccessFlags::LOCAL_WRITE).unwrap();
         Member { pd, cq, qp, mr }
     }

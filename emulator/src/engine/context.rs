@@ -4,7 +4,6 @@
 //! queue and completion channels).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
@@ -119,11 +118,6 @@ impl EmuContext {
     /// Async events this context lost because its queue was full.
     pub fn async_events_lost(&self) -> u64 {
         self.local.events.lost()
-    }
-
-    /// The IP address and UDP port the device receives on.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.dev().link.local_addr()
     }
 
     /// Runs a post call on QP `qpn` under its lock and delivers what it produced.

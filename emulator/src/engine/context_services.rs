@@ -15,6 +15,11 @@ use crate::net::{OutPacket, PathInfo};
 use crate::wire::RoceRepr;
 
 impl EmuContext {
+    /// The IP address and UDP port the device receives on.
+    pub fn local_addr(&self) -> std::net::SocketAddr {
+        self.dev().link.local_addr()
+    }
+
     /// Installs `handler` for the packets that reach QP1 (the GSI: CM MADs), replacing any
     /// handler before; `None` removes it (QP1 packets are then counted in
     /// [`DeviceCounters::gsi_unhandled`] and dropped). The handler is the device's, shared

@@ -105,7 +105,7 @@ pub struct Device {
     pub(crate) srqs: RwLock<HashMap<u32, Arc<Mutex<SharedRecvQueue>>>>,
     pub(crate) ahs: RwLock<AhTable>,
     /// The UD multicast groups its QPs are attached to (see `multicast`).
-    pub(crate) multicast: super::multicast::McastGroups,
+    pub(crate) multicast: super::mcast_groups::McastGroups,
     /// Port 1 is up (see `EmuContext::set_port_active`).
     pub(crate) port_active: AtomicBool,
     /// The async event queue of each open context, by context id.

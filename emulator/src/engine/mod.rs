@@ -40,6 +40,7 @@ mod fork_guard;
 pub mod gsi;
 mod id_hash;
 pub mod limits;
+mod mcast_groups;
 pub mod multicast;
 mod poll_yield;
 pub mod receive;
@@ -54,8 +55,8 @@ pub use device_list::{device_list, register_device, DEVICES_ENV};
 pub use device_timers::{TimerId, TimerJob, TimersFull, MAX_DEVICE_TIMERS};
 pub use gsi::GsiHandler;
 pub use limits::DeviceLimits;
-pub use multicast::{MAX_MCAST_GROUPS, MAX_MCAST_QP_ATTACH, MULTICAST_QPN};
-pub use receive::GSI_QPN;
+pub use multicast::{MAX_MCAST_GROUPS, MAX_MCAST_QP_ATTACH};
+pub use receive::{GSI_QPN, MULTICAST_QPN};
 pub use registry::open_device;
 
 #[cfg(test)]

@@ -8,26 +8,23 @@
 //! one descriptor of the inlet's wait), [`MAX_MCAST_QP_ATTACH`] QPs per group, so a datagram
 //! costs at most that many deliveries.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use smallvec::SmallVec;
 use softverbs_api::{Gid, QpType, VerbsError, VerbsResult};
 
 use super::device::Device;
 use super::device_counters::RxDrop;
+use super::mcast_groups::Group;
 use crate::net::batched_io::wait_any_readable;
 use crate::net::multicast::GroupSocket;
 use crate::net::{DatagramView, MAX_DATAGRAM_BYTES};
 use crate::wire::RoceRepr;
 
-/// The destination QPN of every multicast datagram.
-pub const MULTICAST_QPN: u32 = 0xff_ffff;
 /// Most multicast groups a device has QPs attached to.
 pub const MAX_MCAST_GROUPS: u32 = 32;
 /// Most QPs attached to one group.
@@ -37,53 +34,6 @@ pub const MAX_MCAST_QP_ATTACH: u32 = 32;
 const INLET_RECHECK: Duration = Duration::from_millis(20);
 /// Datagrams the inlet takes from one socket before it looks at the others.
 const INLET_BURST: usize = 64;
-
-/// The groups of one device.
-#[derive(Default)]
-pub(crate) struct McastGroups {
-    inner: Mutex<GroupTable>,
-}
-
-#[derive(Default)]
-struct GroupTable {
-    groups: HashMap<IpAddr, Group>,
-    /// An inlet thread runs (it clears this, under the lock, when it finds no group).
-    inlet_running: bool,
-}
-
-struct Group {
-    socket: Arc<GroupSocket>,
-    qpns: SmallVec<[u32; 4]>,
-}
-
-impl McastGroups {
-    /// The QPs attached to group `group` (empty for a group nobody joined).
-    fn members(&self, group: IpAddr) -> SmallVec<[u32; 4]> {
-        let table = self.inner.lock();
-        table
-            .groups
-            .get(&group)
-            .map(|g| g.qpns.clone())
-            .unwrap_or_default()
-    }
-
-    /// Whether QP `qpn` is attached to some group.
-    fn is_attached(&self, qpn: u32) -> bool {
-        let table = self.inner.lock();
-        table.groups.values().any(|g| g.qpns.contains(&qpn))
-    }
-
-    /// The sockets to wait on, or `None` (and the inlet marked stopped) when there are no
-    /// groups left.
-    fn inlet_sockets(&self) -> Option<SmallVec<[Arc<GroupSocket>; 4]>> {
-        let mut table = self.inner.lock();
-        if table.groups.is_empty() {
-            table.inlet_running = false;
-            return None;
-        }
-        Some(table.groups.values().map(|g| g.socket.clone()).collect())
-    }
-}
 
 impl Device {
     /// `ibv_attach_mcast` of QP `qpn` to group `gid` (see the module docs). `device` is this

@@ -32,6 +32,8 @@ use crate::wire::{RoceRepr, Transport};
 
 /// QP number of the general services interface (CM MADs).
 pub const GSI_QPN: u32 = 1;
+/// The destination QPN of every multicast datagram (see `multicast`).
+pub const MULTICAST_QPN: u32 = 0xff_ffff;
 /// The only BTH transport header version (IBTA 1.x).
 pub const BTH_TVER: u8 = 0;
 /// The default partition key, full membership, the only partition a RoCE port has.
@@ -110,7 +112,7 @@ impl Device {
         }
         let repr = check_datagram(d)?;
         let qpn = repr.bth.dest_qp;
-        if qpn == super::multicast::MULTICAST_QPN {
+        if qpn == MULTICAST_QPN {
             return self.receive_multicast(&repr, d);
         }
         if qpn == GSI_QPN {

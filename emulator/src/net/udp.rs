@@ -98,8 +98,11 @@ impl UdpLink {
         }
         let _ = socket.set_send_buffer_size(SOCKET_BUFFER_BYTES);
         socket.bind(&SockAddr::from(local))?;
-        // UD multicast sends leave through the device's own interface (see `multicast`).
-        super::multicast::set_multicast_interface(&socket, ip)?;
+        // UD multicast sends leave through the device's own interface (see `multicast`);
+        // without it they follow the routing table, which is no reason to refuse the device.
+        if let Err(e) = super::multicast::set_multicast_interface(&socket, ip) {
+            tracing::debug!("{local}: IP_MULTICAST_IF: {e}");
+        }
         let local = socket
             .local_addr()?
             .as_socket()

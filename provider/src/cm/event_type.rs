@@ -31,9 +31,10 @@ pub enum EventType {
     Disconnected,
     /// RDMA_CM_EVENT_DEVICE_REMOVAL (not produced: emulated devices stay while used).
     DeviceRemoval,
-    /// RDMA_CM_EVENT_MULTICAST_JOIN (not produced: no multicast).
+    /// RDMA_CM_EVENT_MULTICAST_JOIN (not produced by this API, which has no join: attach a
+    /// UD QP with [`crate::Qp::attach_mcast`]; the drop-in librdmacm produces it).
     MulticastJoin,
-    /// RDMA_CM_EVENT_MULTICAST_ERROR (not produced).
+    /// RDMA_CM_EVENT_MULTICAST_ERROR (not produced by this API, as above).
     MulticastError,
     /// RDMA_CM_EVENT_ADDR_CHANGE (not produced: device addresses are fixed).
     AddrChange,

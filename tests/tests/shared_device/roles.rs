@@ -4,10 +4,11 @@
 use std::net::IpAddr;
 
 use softverbs::{
-    AccessFlags, Ah, AhAttr, Context, Cq, Mr, Qp, QpCap, QpType, RcConnectOptions, RecvWr, SendWr,
-    WcFlags, WcOpcode, WcStatus,
+    AccessFlags, Ah, AhAttr, Context, Cq, Mr, Qp, RcConnectOptions, RecvWr, SendWr, WcFlags,
+    WcOpcode, WcStatus,
 };
-use softverbs_conformance::{pattern, poll_1, register_mr};
+use softverbs_conformance::{pattern, poll_1, register_mr, ud_qp};
+use softverbs_testkit::qp_cap;
 
 use super::child::{field, hear, num, say, wait_for_parent, Dev};
 use super::rc::{endpoint_of, qp_on, slot_of};
@@ -32,19 +33,7 @@ impl UdEnd {
         let pd = ctx.alloc_pd().unwrap();
         let send_cq = ctx.create_cq(64).unwrap();
         let recv_cq = ctx.create_cq(64).unwrap();
-        let qp = pd
-            .qp_builder()
-            .qp_type(QpType::Ud)
-            .cap(QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            })
-            .build(&send_cq, &recv_cq)
-            .unwrap();
-        qp.activate_ud(QKEY, 0x55).unwrap();
+        let qp = ud_qp(&pd, &send_cq, &recv_cq, qp_cap(16, 1), QKEY);
         let mr = register_mr(&pd, 2 * UD_SIZES.len() * UD_SLOT, AccessFlags::LOCAL_WRITE);
         let ah = pd
             .create_ah(&AhAttr {

@@ -1,7 +1,9 @@
 //! What a queued event becomes when the application reads it: an `rdma_cm_event` with
-//! its private data, and for a request, the new id it names. Also records what the event
-//! means for the id's phase.
+//! its private data, and for a request, the new id it names; for a multicast join, the
+//! group's UD parameters, with the id's QP attached as librdmacm attaches it. Also records
+//! what the event means for the id's phase.
 
+use std::ffi::c_void;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -9,9 +11,12 @@ use softverbs_emu::cm::{CmEventKind as CoreKind, CmId as CoreId};
 use softverbs_emu::wire::cm::PortSpace;
 
 use super::abi::*;
+use super::devices::canonical;
 use super::shared::{new_channel, new_id, IdInner, Offered, Phase, RawEvent, RawKind};
 use super::sockaddr;
-use crate::abi::IbvAhAttr;
+use crate::abi::{IbvAhAttr, IbvGid};
+use crate::handle::set_errno;
+use crate::mcast::sv_ibv_attach_mcast;
 
 /// An event handed to C: the `rdma_cm_event` first, then what it points into.
 #[repr(C)]
@@ -25,7 +30,7 @@ pub struct SvEvent {
     pub listener: Option<Arc<IdInner>>,
 }
 
-pub(super) fn blank(target: &Arc<IdInner>, event: u32, status: i32) -> Box<SvEvent> {
+fn blank(target: &Arc<IdInner>, event: u32, status: i32) -> Box<SvEvent> {
     Box::new(SvEvent {
         ev: RdmaCmEvent {
             id: target.c_id(),
@@ -90,7 +95,7 @@ pub fn materialize(raw: RawEvent) -> Option<Box<SvEvent>> {
     }
     let (core, kind, via) = match raw.what {
         RawKind::Local { event, status } => return Some(blank(&target, event, status)),
-        RawKind::Join { group } => return super::mcast::join_event(&target, group),
+        RawKind::Join { group } => return join_event(&target, group),
         RawKind::Core { id, kind, via } => (id, kind, via),
     };
     match kind {
@@ -258,4 +263,43 @@ fn child(
         dev.service.reroute(core, child.sink(None));
     }
     Some(child)
+}
+
+/// The destination QPN of a multicast send.
+const MULTICAST_QPN: u32 = 0xff_ffff;
+/// The hop limit of the kernel's RoCE multicast records.
+const MULTICAST_HOP_LIMIT: u8 = 1;
+
+/// The MULTICAST_JOIN event of `group` for `target` (None when it left the group before
+/// reading the event), with the QP attached as librdmacm attaches it.
+pub fn join_event(target: &Arc<IdInner>, group: SocketAddr) -> Option<Box<SvEvent>> {
+    let mut st = target.state.lock();
+    let joined = st
+        .groups
+        .iter_mut()
+        .find(|g| g.addr == group && !g.announced)?;
+    joined.announced = true;
+    let ip = canonical(group.ip());
+    let mut e = blank(target, event::MULTICAST_JOIN, 0);
+    e.ev.param.ud.private_data = joined.context as *const c_void;
+    let mut ah = ah_attr_to(ip);
+    ah.grh.hop_limit = MULTICAST_HOP_LIMIT;
+    e.ev.param.ud.ah_attr = ah;
+    e.ev.param.ud.qp_num = MULTICAST_QPN;
+    e.ev.param.ud.qkey = RDMA_UDP_QKEY;
+    // SAFETY: the target is live (not destroyed: materialize checked); its QP field.
+    let qp = unsafe { (*target.c_id()).qp };
+    if !qp.is_null() && !joined.send_only {
+        let gid = IbvGid(sockaddr::gid(ip));
+        // SAFETY: the id's QP (checked live inside) and a GID on the stack.
+        match unsafe { sv_ibv_attach_mcast(qp, &gid, 0) } {
+            0 => joined.attached = true,
+            errno => {
+                e.ev.event = event::MULTICAST_ERROR;
+                e.ev.status = -1;
+                set_errno(errno);
+            }
+        }
+    }
+    Some(e)
 }

@@ -12,33 +12,14 @@ use std::sync::Arc;
 
 use super::abi::*;
 use super::devices::canonical;
-use super::event::{ah_attr_to, blank, SvEvent};
-use super::shared::{live_id, IdInner, Phase};
+use super::shared::{live_id, IdInner, Joined, Phase};
 use super::sockaddr;
 use super::sync::complete;
 use crate::abi::{IbvGid, IbvQp};
-use crate::handle::set_errno;
-use crate::mcast::{sv_ibv_attach_mcast, sv_ibv_detach_mcast};
+use crate::mcast::sv_ibv_detach_mcast;
 
 /// Most groups one id joins at once (the device bounds the attachments too).
 pub const MAX_JOINS: usize = 64;
-/// The destination QPN of a multicast send.
-const MULTICAST_QPN: u32 = 0xff_ffff;
-/// The hop limit of the kernel's RoCE multicast records.
-const MULTICAST_HOP_LIMIT: u8 = 1;
-
-/// One join of an id.
-pub struct Joined {
-    /// The group's address as the application gave it (leave compares with it).
-    addr: SocketAddr,
-    /// The application's context, handed back in the event.
-    context: usize,
-    send_only: bool,
-    /// Its MULTICAST_JOIN event was made.
-    announced: bool,
-    /// The id's QP was attached when the event was read.
-    attached: bool,
-}
 
 /// `rdma_join_multicast`: joins as a full member; MULTICAST_JOIN follows.
 #[no_mangle]
@@ -160,40 +141,6 @@ unsafe fn join(
     drop(st);
     inner.post_join(addr);
     complete(&inner)
-}
-
-/// The MULTICAST_JOIN event of `group` for `target` (None when it left the group before
-/// reading the event), with the QP attached as librdmacm attaches it.
-pub fn join_event(target: &Arc<IdInner>, group: SocketAddr) -> Option<Box<SvEvent>> {
-    let mut st = target.state.lock();
-    let joined = st
-        .groups
-        .iter_mut()
-        .find(|g| g.addr == group && !g.announced)?;
-    joined.announced = true;
-    let ip = canonical(group.ip());
-    let mut e = blank(target, event::MULTICAST_JOIN, 0);
-    e.ev.param.ud.private_data = joined.context as *const c_void;
-    let mut ah = ah_attr_to(ip);
-    ah.grh.hop_limit = MULTICAST_HOP_LIMIT;
-    e.ev.param.ud.ah_attr = ah;
-    e.ev.param.ud.qp_num = MULTICAST_QPN;
-    e.ev.param.ud.qkey = RDMA_UDP_QKEY;
-    // SAFETY: the target is live (not destroyed: materialize checked); its QP field.
-    let qp = unsafe { (*target.c_id()).qp };
-    if !qp.is_null() && !joined.send_only {
-        let gid = IbvGid(sockaddr::gid(ip));
-        // SAFETY: the id's QP (checked live inside) and a GID on the stack.
-        match unsafe { sv_ibv_attach_mcast(qp, &gid, 0) } {
-            0 => joined.attached = true,
-            errno => {
-                e.ev.event = event::MULTICAST_ERROR;
-                e.ev.status = -1;
-                set_errno(errno);
-            }
-        }
-    }
-    Some(e)
 }
 
 /// # Safety

@@ -174,8 +174,21 @@ pub struct IdState {
     pub own_cqs: bool,
     /// RDMA_OPTION_ID_ACK_TIMEOUT, for the QP's RTS.
     pub ack_timeout: Option<u8>,
-    /// The multicast groups it joined (see `mcast`), at most `mcast::MAX_JOINS`.
-    pub groups: Vec<super::mcast::Joined>,
+    /// The multicast groups it joined (see `mcast`, which bounds them).
+    pub groups: Vec<Joined>,
+}
+
+/// One multicast join of an id (see `mcast`).
+pub struct Joined {
+    /// The group's address as the application gave it (leave compares with it).
+    pub addr: SocketAddr,
+    /// The application's context, handed back in the event.
+    pub context: usize,
+    pub send_only: bool,
+    /// Its MULTICAST_JOIN event was made.
+    pub announced: bool,
+    /// The id's QP was attached when the event was read.
+    pub attached: bool,
 }
 
 /// What rdma_create_ep kept of a passive id's QP attributes: the PD (0: the id's) and
