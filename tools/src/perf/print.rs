@@ -210,7 +210,7 @@ pub fn print_client(s: &Settings, link: &str, client: &ClientReport) {
                 );
             }
             println!(
-                "    UDP baseline for {size} B: {:.2} MB/s raw UDP carrying the {}'s own datagrams ({}) as softverbs batches them; {:.2} MB/s with equal {} B datagrams ({}); ping-pong half RTT {:.2} us (blocking {:.2}, busy-poll {:.2})",
+                "    UDP baseline for {size} B: {:.2} MB/s raw UDP carrying the {}'s own datagrams ({}) as softverbs batches them; {:.2} MB/s with equal {} B datagrams ({}); ping-pong half RTT {:.2} us (blocking {:.2}, busy-poll {:.2}, busy-poll t_99 {:.2})",
                 b.bw_mbs,
                 b.verb,
                 datagram_list(&b.verb_datagrams),
@@ -219,7 +219,8 @@ pub fn print_client(s: &Settings, link: &str, client: &ClientReport) {
                 b.uniform_method,
                 b.half_rtt_us,
                 b.half_rtt_block_us,
-                b.half_rtt_spin_us
+                b.half_rtt_spin_us,
+                b.half_rtt_spin_t99_us
             );
         }
     }
