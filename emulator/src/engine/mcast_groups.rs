@@ -24,9 +24,10 @@ pub(super) struct GroupTable {
     pub(super) inlet_running: bool,
 }
 
-/// One group: where its datagrams arrive and the QPs they go to.
+/// One group: where its datagrams arrive (`None`: through the link's own receive path) and
+/// the QPs they go to.
 pub(super) struct Group {
-    pub(super) socket: Arc<GroupSocket>,
+    pub(super) socket: Option<Arc<GroupSocket>>,
     pub(super) qpns: SmallVec<[u32; 4]>,
 }
 
@@ -47,14 +48,19 @@ impl McastGroups {
         table.groups.values().any(|g| g.qpns.contains(&qpn))
     }
 
-    /// The sockets to wait on, or `None` (and the inlet marked stopped) when there are no
-    /// groups left.
+    /// The sockets to wait on, or `None` (and the inlet marked stopped) when no group has
+    /// one left.
     pub(super) fn inlet_sockets(&self) -> Option<SmallVec<[Arc<GroupSocket>; 4]>> {
         let mut table = self.inner.lock();
-        if table.groups.is_empty() {
+        let sockets: SmallVec<[Arc<GroupSocket>; 4]> = table
+            .groups
+            .values()
+            .filter_map(|g| g.socket.clone())
+            .collect();
+        if sockets.is_empty() {
             table.inlet_running = false;
             return None;
         }
-        Some(table.groups.values().map(|g| g.socket.clone()).collect())
+        Some(sockets)
     }
 }

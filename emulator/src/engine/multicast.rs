@@ -1,8 +1,9 @@
 //! UD multicast groups of a device (`ibv_attach_mcast` / `ibv_detach_mcast`, kernel rxe's
 //! rxe_mcast.c and `rxe_rcv_mcast_pkt`): which UD QPs each group delivers to, the socket
-//! each group arrives on (`net::multicast`), the inlet thread that receives from those
-//! sockets, and the fan-out of a datagram to destination QPN 0xFFFFFF to every QP attached
-//! to its group (by its destination IP address, the group).
+//! each group arrives on on a UDP device (`net::multicast`), the inlet thread that receives
+//! from those sockets, and the fan-out of a datagram to destination QPN 0xFFFFFF to every QP
+//! attached to its group (by its destination IP address, the group). A link that sees whole
+//! Ethernet frames (the rxe lab's) takes the groups' frames in itself: no socket, no inlet.
 //!
 //! Bounded like every table: [`MAX_MCAST_GROUPS`] groups per device (each is a socket and
 //! one descriptor of the inlet's wait), [`MAX_MCAST_QP_ATTACH`] QPs per group, so a datagram
@@ -71,14 +72,16 @@ impl Device {
         })?;
         let mut qpns = SmallVec::new();
         qpns.push(qpn);
+        let has_socket = socket.is_some();
         table.groups.insert(
             group,
             Group {
-                socket: Arc::new(socket),
+                socket: socket.map(Arc::new),
                 qpns,
             },
         );
-        if !table.inlet_running {
+        // A link that receives the group itself needs no inlet.
+        if has_socket && !table.inlet_running {
             let weak = Arc::downgrade(device);
             std::thread::Builder::new()
                 .name(format!("softverbs-{}-mcast", self.config.name))

@@ -7,6 +7,11 @@
 //! it receives, so the ICRC check gets the sender's real IPv4 identification, and it chooses
 //! the identification of what it sends.
 //!
+//! IPv4 multicast (UD multicast groups): a group's frames go to its Ethernet multicast MAC
+//! (RFC 1112's 01:00:5e + the group's low 23 bits, no ARP), and the station takes in every
+//! RoCE frame to an IPv4 group; which groups its device serves is the engine's table
+//! (`engine::multicast`). Joining needs no IGMP on a segment without switches.
+//!
 //! IPv4 only: the lab link it serves is IPv4 (IPv6 would need neighbour discovery).
 
 use std::collections::{HashMap, VecDeque};
@@ -32,6 +37,17 @@ pub const PENDING_PACKETS_MAX: usize = 256;
 pub const ARP_CACHE_MAX: usize = 256;
 /// How long an unanswered ARP request waits before it is asked again.
 pub const ARP_RETRY: Duration = Duration::from_millis(500);
+
+/// The Ethernet MAC of IPv4 group `group` (RFC 1112): 01:00:5e and its low 23 bits.
+pub fn multicast_mac(group: Ipv4Addr) -> [u8; 6] {
+    let o = group.octets();
+    [0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]]
+}
+
+/// Whether `mac` is one of the MACs of IPv4 groups.
+fn is_ipv4_multicast_mac(mac: [u8; 6]) -> bool {
+    mac[..3] == [0x01, 0x00, 0x5e] && mac[3] & 0x80 == 0
+}
 
 /// What one received frame amounts to.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -73,8 +89,11 @@ impl EthernetStation {
         SocketAddr::new(IpAddr::V4(self.ip), self.udp_port)
     }
 
-    /// The MAC learnt for `ip`, if any.
+    /// The MAC of `ip`: a group's multicast MAC, or the one learnt by ARP, if any.
     pub fn resolved(&self, ip: Ipv4Addr) -> Option<[u8; 6]> {
+        if ip.is_multicast() {
+            return Some(multicast_mac(ip));
+        }
         self.arp_cache.get(&ip).copied()
     }
 
@@ -164,7 +183,8 @@ impl EthernetStation {
         let Ok(eth) = Ethernet2HeaderSlice::from_slice(frame) else {
             return out;
         };
-        if eth.destination() != self.mac && eth.destination() != BROADCAST_MAC {
+        let dst_mac = eth.destination();
+        if dst_mac != self.mac && dst_mac != BROADCAST_MAC && !is_ipv4_multicast_mac(dst_mac) {
             return out;
         }
         match eth.ether_type() {
@@ -186,12 +206,12 @@ impl EthernetStation {
         else {
             return None;
         };
-        if dst != self.ip || roce.ctx.udp_dst_port != self.udp_port {
+        if (dst != self.ip && !dst.is_multicast()) || roce.ctx.udp_dst_port != self.udp_port {
             return None;
         }
         Some(InDatagram {
             src: SocketAddr::new(IpAddr::V4(src), roce.ctx.udp_src_port),
-            dst: self.local_addr(),
+            dst: SocketAddr::new(IpAddr::V4(dst), self.udp_port),
             payload: roce.udp_payload.to_vec(),
             ipv4_identification: Some(identification),
         })
@@ -409,6 +429,44 @@ mod tests {
         let mut other_port = frame.clone();
         other_port[36..38].copy_from_slice(&4792u16.to_be_bytes());
         assert_eq!(s.receive(&other_port).datagram, None);
+    }
+
+    #[test]
+    fn a_group_needs_no_arp_and_a_frame_to_a_group_is_taken_in() {
+        let group = Ipv4Addr::new(239, 0x85, 0, 9);
+        assert_eq!(multicast_mac(group), [0x01, 0x00, 0x5e, 0x05, 0x00, 0x09]);
+        let mut s = station();
+        let mut p = out_packet(7);
+        p.dst_ip = IpAddr::V4(group);
+        s.finalize(&mut p).unwrap();
+        let frames = s.frame(&p, Instant::now()).unwrap();
+        assert_eq!(frames.len(), 1, "the packet itself, no ARP request");
+        assert_eq!(frames[0][..6], multicast_mac(group));
+        assert_eq!(s.pending_len(), 0);
+        // Another station (the guest's kernel) sending to the group: taken in, with the
+        // group as its destination.
+        assert_eq!(ipv4_addresses(&frames[0]), (OUR_IP, group));
+        let mut other = station_at(PEER_MAC, PEER_IP);
+        let d = other
+            .receive(&frames[0])
+            .datagram
+            .expect("a group's datagram");
+        assert_eq!(d.dst, SocketAddr::new(IpAddr::V4(group), 4791));
+        assert!(icrc_ok(&d));
+        // A multicast MAC that is not an IPv4 group's (IPv6's 33:33) is not ours.
+        let mut v6_mac = frames[0].clone();
+        v6_mac[..2].copy_from_slice(&[0x33, 0x33]);
+        assert_eq!(other.receive(&v6_mac).datagram, None);
+    }
+
+    fn station_at(mac: [u8; 6], ip: Ipv4Addr) -> EthernetStation {
+        EthernetStation::new(mac, ip, 4791)
+    }
+
+    /// The source and destination of a frame's IPv4 header.
+    fn ipv4_addresses(frame: &[u8]) -> (Ipv4Addr, Ipv4Addr) {
+        let ip = etherparse::Ipv4HeaderSlice::from_slice(&frame[14..]).unwrap();
+        (ip.source_addr(), ip.destination_addr())
     }
 
     #[test]

@@ -400,7 +400,7 @@ impl Link for FaultyLink {
     fn join_group(
         &self,
         group: std::net::IpAddr,
-    ) -> io::Result<crate::net::multicast::GroupSocket> {
+    ) -> io::Result<Option<crate::net::multicast::GroupSocket>> {
         self.inner.join_group(group)
     }
 

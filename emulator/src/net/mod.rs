@@ -143,9 +143,10 @@ pub trait Link: Send + Sync {
     }
 
     /// Joins IP multicast group `group` for this link's device: the socket the group's
-    /// datagrams to the device's port arrive on (see [`multicast`]). `Unsupported` (the
-    /// default) for a link without IP multicast.
-    fn join_group(&self, group: std::net::IpAddr) -> io::Result<multicast::GroupSocket> {
+    /// datagrams to the device's port arrive on (see [`multicast`]), or `None` when they
+    /// arrive through the link's own receive path (a link that sees whole frames).
+    /// `Unsupported` (the default) for a link without IP multicast.
+    fn join_group(&self, group: std::net::IpAddr) -> io::Result<Option<multicast::GroupSocket>> {
         let _ = group;
         Err(io::Error::new(
             io::ErrorKind::Unsupported,

@@ -380,8 +380,8 @@ impl Link for UdpLink {
         matches!(self.local.ip(), std::net::IpAddr::V4(v4) if !v4.is_unspecified())
     }
 
-    fn join_group(&self, group: IpAddr) -> io::Result<super::multicast::GroupSocket> {
-        super::multicast::GroupSocket::join(group, self.local.port(), self.local.ip())
+    fn join_group(&self, group: IpAddr) -> io::Result<Option<super::multicast::GroupSocket>> {
+        super::multicast::GroupSocket::join(group, self.local.port(), self.local.ip()).map(Some)
     }
 
     fn pollable(&self) -> bool {

@@ -2,7 +2,8 @@
 //! librdmacm.so.1 + libibverbs.so.1 (`softverbs run --`), against the same programs on the
 //! guest's kernel rdma_cm and rxe, in both roles: rping (every ping verified, -V) and
 //! perftest with `-R` (ib_send_bw, ib_write_bw, ib_read_lat: the connections and perftest's
-//! own exchange over rdma_cm).
+//! own exchange over rdma_cm), and mckey (UD multicast: a group joined through rdma_cm on
+//! both sides, one sending, the other receiving every message).
 //!
 //! The direction names the active side, as in cm_cases: `SoftverbsToRxe` = the host's
 //! program is the client.
@@ -28,6 +29,16 @@ const RPING_SIZE: usize = 1000;
 const PERFTEST_ITERS: u32 = 500;
 /// Longest wait for the host's program (the watchdog fails a stalled one sooner).
 const WAIT: Duration = Duration::from_secs(100);
+/// The multicast group of the mckey cases, its messages and their size.
+const MCKEY_GROUP: &str = "239.77.0.9";
+const MCKEY_COUNT: usize = 10;
+const MCKEY_SIZE: usize = 500;
+/// What mckey's receiver prints once it joined and waits for the messages.
+const MCKEY_RECEIVING: &str = "receiving data transfers";
+/// How long the guest's mckey receiver gets to join before the drop-in's sender starts
+/// (which then waits 3 s more itself, as mckey does).
+const MCKEY_GUEST_JOIN: Duration = Duration::from_secs(3);
+
 /// What perftest's `-R` server prints as it starts listening (the listen follows within
 /// its start-up; the case gives it a second more).
 const PERFTEST_LISTENING: &str = "* Waiting for client to connect... *";
@@ -39,12 +50,15 @@ pub enum DropInCm {
     Rping,
     /// A perftest program with -R.
     Perftest(&'static str),
+    /// mckey: the active side sends to a multicast group, the other receives.
+    Mckey,
 }
 
 impl DropInCm {
     /// Every case, in table order.
-    pub const ALL: [DropInCm; 4] = [
+    pub const ALL: [DropInCm; 5] = [
         DropInCm::Rping,
+        DropInCm::Mckey,
         DropInCm::Perftest("ib_send_bw"),
         DropInCm::Perftest("ib_write_bw"),
         DropInCm::Perftest("ib_read_lat"),
@@ -57,12 +71,16 @@ impl DropInCm {
                 format!("CM drop-in rping -C {RPING_COUNT} -S {RPING_SIZE}")
             }
             DropInCm::Perftest(program) => format!("CM drop-in {program} -R"),
+            DropInCm::Mckey => format!("CM drop-in mckey -C {MCKEY_COUNT} -S {MCKEY_SIZE}"),
         }
     }
 
     /// Whether CI runs it: rping and one perftest (the others with `--full`).
     pub fn in_ci(self) -> bool {
-        matches!(self, DropInCm::Rping | DropInCm::Perftest("ib_send_bw"))
+        matches!(
+            self,
+            DropInCm::Rping | DropInCm::Mckey | DropInCm::Perftest("ib_send_bw")
+        )
     }
 
     /// The roles it runs in. perftest 4.5's `-R` client connects its data QP the moment
@@ -74,7 +92,7 @@ impl DropInCm {
     /// server only; rping, whose client connects once, runs in both roles.
     pub fn directions(self) -> &'static [Direction] {
         match self {
-            DropInCm::Rping => &Direction::BOTH,
+            DropInCm::Rping | DropInCm::Mckey => &Direction::BOTH,
             DropInCm::Perftest(_) => &[Direction::RxeToSoftverbs],
         }
     }
@@ -95,6 +113,11 @@ pub fn run(env: &LabEnv, device: &str, case: DropInCm, dir: Direction) -> Result
             format!("-R -p {PERFTEST_PORT} -n {PERFTEST_ITERS} -F"),
             PERFTEST_PORT,
         ),
+        DropInCm::Mckey => (
+            "mckey",
+            format!("-m {MCKEY_GROUP} -C {MCKEY_COUNT} -S {MCKEY_SIZE}"),
+            0,
+        ),
     };
     let (host_args, guest_cmd) = match (case, client) {
         (DropInCm::Rping, true) => (
@@ -113,6 +136,15 @@ pub fn run(env: &LabEnv, device: &str, case: DropInCm, dir: Direction) -> Result
             format!("-d {device} {flags}"),
             format!("{p} -d rxe0 {flags} {host_ip}"),
         ),
+        // The active side sends.
+        (DropInCm::Mckey, true) => (
+            format!("-b {host_ip} -s {flags}"),
+            format!("stdbuf -oL mckey -b {guest_ip} {flags}"),
+        ),
+        (DropInCm::Mckey, false) => (
+            format!("-b {host_ip} {flags}"),
+            format!("mckey -b {guest_ip} -s {flags}"),
+        ),
     };
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut host = Command::new(exe);
@@ -124,7 +156,14 @@ pub fn run(env: &LabEnv, device: &str, case: DropInCm, dir: Direction) -> Result
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let (mut host, host_lines, guest) = if client {
-        let guest = GuestProgram::start(env, &guest_cmd, Some(("TCP", port)))?;
+        let guest = if case == DropInCm::Mckey {
+            // A receiver listens on no port: it gets a moment to join.
+            let guest = GuestProgram::start(env, &guest_cmd, None)?;
+            std::thread::sleep(MCKEY_GUEST_JOIN);
+            guest
+        } else {
+            GuestProgram::start(env, &guest_cmd, Some(("TCP", port)))?
+        };
         let mut host = host.spawn().map_err(|e| format!("softverbs run: {e}"))?;
         let (_, lines) = tap_lines(host.stdout.take().ok_or("no host stdout")?);
         (host, lines, guest)
@@ -147,11 +186,17 @@ pub fn run(env: &LabEnv, device: &str, case: DropInCm, dir: Direction) -> Result
                 std::thread::sleep(Duration::from_secs(1));
                 seen
             }
+            // The receiver says when it joined and waits for the messages.
+            DropInCm::Mckey => wait_for_line(
+                &rx,
+                MCKEY_RECEIVING,
+                Instant::now() + Duration::from_secs(30),
+            ),
         };
         if !listening {
             let _ = host.kill();
             let _ = host.wait();
-            return Err(format!("{program} on the drop-in did not listen"));
+            return Err(format!("{program} on the drop-in did not listen (or join)"));
         }
         (host, lines, GuestProgram::start(env, &guest_cmd, None)?)
     };
@@ -182,6 +227,25 @@ pub fn run(env: &LabEnv, device: &str, case: DropInCm, dir: Direction) -> Result
             }
             Ok(format!(
                 "unmodified rping on the drop-in ({role}) against rping on rxe: {RPING_COUNT} x {RPING_SIZE} B SEND/READ/WRITE cycles, verified on both sides (-V)"
+            ))
+        }
+        DropInCm::Mckey => {
+            for (who, text) in [("drop-in", &host_text), ("rxe", &guest_out)] {
+                let joined = format!("joined dgid: ::ffff:{MCKEY_GROUP}");
+                if !text.contains(&joined)
+                    || !text.contains("data transfers complete")
+                    || !text.contains("return status 0")
+                {
+                    return Err(format!("{who} mckey: {}", last_lines(text)));
+                }
+            }
+            let (sender, receiver) = if client {
+                ("the drop-in", "rxe")
+            } else {
+                ("rxe", "the drop-in")
+            };
+            Ok(format!(
+                "unmodified mckey: {sender} sends {MCKEY_COUNT} x {MCKEY_SIZE} B to UD multicast group {MCKEY_GROUP}, joined through rdma_cm on both sides; {receiver} receives every one"
             ))
         }
         DropInCm::Perftest(p) => {

@@ -273,7 +273,7 @@ impl Link for PcapTap {
     fn join_group(
         &self,
         group: std::net::IpAddr,
-    ) -> io::Result<crate::net::multicast::GroupSocket> {
+    ) -> io::Result<Option<crate::net::multicast::GroupSocket>> {
         self.inner.join_group(group)
     }
 

@@ -233,7 +233,7 @@ impl Link for SharedLink {
     fn join_group(
         &self,
         group: std::net::IpAddr,
-    ) -> io::Result<crate::net::multicast::GroupSocket> {
+    ) -> io::Result<Option<crate::net::multicast::GroupSocket>> {
         self.udp.join_group(group)
     }
 

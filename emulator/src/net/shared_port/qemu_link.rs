@@ -284,6 +284,18 @@ impl Link for SharedQemuLink {
         self.local
     }
 
+    /// A group's frames arrive with the others: the station takes them in.
+    fn carries_multicast(&self) -> bool {
+        true
+    }
+
+    fn join_group(
+        &self,
+        _group: std::net::IpAddr,
+    ) -> io::Result<Option<crate::net::multicast::GroupSocket>> {
+        Ok(None)
+    }
+
     fn finalize(&self, packet: &mut OutPacket) -> io::Result<()> {
         self.station.lock().finalize(packet)
     }
