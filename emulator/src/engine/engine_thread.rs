@@ -13,6 +13,7 @@ use softverbs_api::{VerbsError, VerbsResult};
 
 use super::device::Device;
 use super::receive_batch::LastReceive;
+use super::timer_slack::{nap_slack, TimerSlack};
 
 /// Longest the thread sleeps in one receive: bounds how late a deadline armed by another
 /// thread (a post) can fire, and how long shutdown takes.
@@ -43,6 +44,7 @@ const APP_POLL_NAP_MAX: Duration = MAX_SLEEP;
 /// The thread body; returns when the device shuts down.
 pub(crate) fn run(dev: &Arc<Device>) {
     let _ = dev.engine_thread.set(std::thread::current());
+    let mut slack = TimerSlack::of_this_thread();
     let mut next_deadline_ns = u64::MAX;
     let mut seen_polls = dev.app_polls.load(Ordering::Relaxed);
     let mut nap = NapBackoff::default();
@@ -51,7 +53,8 @@ pub(crate) fn run(dev: &Arc<Device>) {
         let now = dev.clock.now_ns();
         let hint = dev.deadline_hint_ns.swap(u64::MAX, Ordering::AcqRel);
         next_deadline_ns = next_deadline_ns.min(hint);
-        let sleep = Duration::from_nanos(next_deadline_ns.saturating_sub(now)).min(MAX_SLEEP);
+        let to_deadline = Duration::from_nanos(next_deadline_ns.saturating_sub(now));
+        let sleep = to_deadline.min(MAX_SLEEP);
         let polls = dev.app_polls.load(Ordering::Relaxed);
         let app_sleeping = dev.app_sleeping.swap(false, Ordering::SeqCst);
         let app_polling = polls != seen_polls && !app_sleeping;
@@ -66,7 +69,10 @@ pub(crate) fn run(dev: &Arc<Device>) {
             // Checked again after raising the flag: an application arming a CQ either sees
             // the flag (and unparks) or stored its own before this load (SeqCst both).
             if !dev.app_sleeping.load(Ordering::SeqCst) {
-                std::thread::park_timeout(sleep.min(nap.next()));
+                let this_nap = sleep.min(nap.next());
+                // Its end may wait for a timer interrupt due anyway (see timer_slack).
+                slack.set(nap_slack(this_nap, to_deadline));
+                std::thread::park_timeout(this_nap);
             }
             // Cleared before the flush: an application that defers ACKs after this sees the
             // flag down and sends them itself (SeqCst with DeferredAcks' pending flag).
@@ -78,6 +84,7 @@ pub(crate) fn run(dev: &Arc<Device>) {
             Ok(0)
         } else if dev.link.pollable() && streaming {
             nap.reset();
+            slack.restore();
             let mut last = dev.rx_lock.lock();
             let got = receive_ready(dev, AckTiming::Now, &mut last);
             drop(last);
@@ -91,6 +98,7 @@ pub(crate) fn run(dev: &Arc<Device>) {
             got
         } else if dev.link.pollable() {
             nap.reset();
+            slack.restore();
             // The traffic paused: nothing may wait for this thread's sleep.
             dev.flush_lazy_acks();
             dev.link.wait_readable(sleep).and_then(|ready| {

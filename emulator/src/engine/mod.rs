@@ -46,6 +46,7 @@ mod poll_yield;
 pub mod receive;
 mod receive_batch;
 pub mod registry;
+mod timer_slack;
 
 pub use comm_est::CommEstHandler;
 pub use config::{DeviceConfig, LinkConfig};
