@@ -38,7 +38,8 @@ const APP_POLL_NAP: Duration = Duration::from_micros(100);
 /// two-core machine it lands in a round trip of a ping-pong: at 1 ms the two engine threads'
 /// 2,000 wake-ups a second reached 1 in 100 of a loopback SEND ping-pong's round trips,
 /// which made its t_99 2-4 times its median. The price is a later take-over of the link
-/// by an application that stops polling without arming a CQ first.
+/// by an application that stops polling without arming a CQ first: up to this plus the
+/// nap's timer slack (`timer_slack`, at most 4 ms), 9 ms in all.
 const APP_POLL_NAP_MAX: Duration = MAX_SLEEP;
 
 /// The thread body; returns when the device shuts down.
