@@ -18,7 +18,7 @@ use std::time::Duration;
 use smallvec::SmallVec;
 use softverbs_api::{Gid, QpType, VerbsError, VerbsResult};
 
-use super::device::Device;
+use super::device::{Device, QpEntry};
 use super::device_counters::RxDrop;
 use super::mcast_groups::Group;
 use crate::net::batched_io::wait_any_readable;
@@ -47,7 +47,6 @@ impl Device {
     ) -> VerbsResult<()> {
         let group = self.check_group(qpn, gid)?;
         let mut table = self.multicast.inner.lock();
-        let total: usize = table.groups.values().map(|g| g.qpns.len()).sum();
         if let Some(g) = table.groups.get_mut(&group) {
             if g.qpns.contains(&qpn) {
                 return Ok(()); // As rxe: attaching twice is not an error.
@@ -65,7 +64,6 @@ impl Device {
                 "the device has QPs in {MAX_MCAST_GROUPS} multicast groups already"
             )));
         }
-        debug_assert!(total < (MAX_MCAST_GROUPS * MAX_MCAST_QP_ATTACH) as usize);
         let socket = self.link.join_group(group).map_err(|e| VerbsError::Io {
             errno: e.raw_os_error().unwrap_or(libc::EINVAL),
             message: format!("joining IP multicast group {group}: {e}"),
@@ -103,17 +101,17 @@ impl Device {
     pub(crate) fn detach_mcast(&self, qpn: u32, gid: &Gid) -> VerbsResult<()> {
         let group = gid.to_ip();
         let mut table = self.multicast.inner.lock();
-        let attached = table
-            .groups
-            .get(&group)
-            .and_then(|g| g.qpns.iter().position(|&q| q == qpn));
-        let (Some(g), Some(at)) = (table.groups.get_mut(&group), attached) else {
+        let left_empty = table.groups.get_mut(&group).and_then(|g| {
+            let at = g.qpns.iter().position(|&q| q == qpn)?;
+            g.qpns.swap_remove(at);
+            Some(g.qpns.is_empty())
+        });
+        let Some(left_empty) = left_empty else {
             return Err(VerbsError::inval(format!(
                 "QP {qpn:#x} is not attached to multicast group {gid}"
             )));
         };
-        g.qpns.swap_remove(at);
-        if g.qpns.is_empty() {
+        if left_empty {
             table.groups.remove(&group);
         }
         Ok(())
@@ -143,7 +141,7 @@ impl Device {
                 "QP {qpn:#x} is {qp_type:?}: only UD QPs join multicast groups"
             )));
         }
-        if !self.link.carries_multicast() {
+        if !self.serves_multicast() {
             return Err(VerbsError::NotSupported(format!(
                 "device {} carries no IP multicast (IPv4 UDP devices do)",
                 self.config.name
@@ -181,18 +179,13 @@ impl Device {
         if members.is_empty() {
             return Err(RxDrop::UnknownQp);
         }
+        let entries: SmallVec<[Arc<QpEntry>; 4]> = {
+            let qps = self.qps.read();
+            members.iter().filter_map(|q| qps.get(q).cloned()).collect()
+        };
         let rx = super::receive::net_header(d);
-        for qpn in members {
-            let Some(entry) = self.qps.read().get(&qpn).cloned() else {
-                continue;
-            };
-            let checked = self.on_qp(&entry, Some(rx), |qp, env, out| {
-                super::receive::check_for_qp(repr, qp.qp_type, None, d.src.ip())?;
-                self.counters.delivered.fetch_add(1, Ordering::Relaxed);
-                qp.on_packet(repr, env, out);
-                Ok(())
-            });
-            if let Some(Err(reason)) = checked {
+        for entry in entries {
+            if let Err(reason) = self.deliver_to_qp(&entry, repr, d, rx) {
                 self.counters.count(reason);
             }
         }

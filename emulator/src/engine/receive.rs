@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use softverbs_api::QpType;
 
-use super::device::Device;
+use super::device::{Device, QpEntry};
 use super::device_counters::RxDrop;
 use super::gsi::GsiHandler;
 use crate::net::icrc_check::{icrc_ok, ipv4_identification};
@@ -124,11 +124,22 @@ impl Device {
         }
         let entry = self.qps.read().get(&qpn).cloned();
         let entry = entry.ok_or(RxDrop::UnknownQp)?;
-        let rx = net_header(d);
-        self.on_qp(&entry, Some(rx), |qp, env, out| {
-            check_for_qp(&repr, qp.qp_type, qp.path.map(|p| p.dst_ip), d.src.ip())?;
+        self.deliver_to_qp(&entry, &repr, d, net_header(d))
+    }
+
+    /// Step 5 for the QP of `entry` (the addressee, or one member of a multicast group):
+    /// its checks, then the QP's transport. `rx` is `d`'s [`net_header`].
+    pub(super) fn deliver_to_qp(
+        &self,
+        entry: &QpEntry,
+        repr: &RoceRepr<'_>,
+        d: DatagramView<'_>,
+        rx: NetHeader,
+    ) -> Result<(), RxDrop> {
+        self.on_qp(entry, Some(rx), |qp, env, out| {
+            check_for_qp(repr, qp.qp_type, qp.path.map(|p| p.dst_ip), d.src.ip())?;
             self.counters.delivered.fetch_add(1, Ordering::Relaxed);
-            qp.on_packet(&repr, env, out);
+            qp.on_packet(repr, env, out);
             Ok(())
         })
         // Destroyed since the lookup: counted by on_qp, dropped like a packet for no QP.

@@ -139,7 +139,7 @@ pub fn run(env: &LabEnv, device: &str, case: DropInCm, dir: Direction) -> Result
         // The active side sends.
         (DropInCm::Mckey, true) => (
             format!("-b {host_ip} -s {flags}"),
-            format!("stdbuf -oL mckey -b {guest_ip} {flags}"),
+            format!("mckey -b {guest_ip} {flags}"),
         ),
         (DropInCm::Mckey, false) => (
             format!("-b {host_ip} {flags}"),

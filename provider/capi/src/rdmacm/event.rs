@@ -11,7 +11,6 @@ use softverbs_emu::cm::{CmEventKind as CoreKind, CmId as CoreId};
 use softverbs_emu::wire::cm::PortSpace;
 
 use super::abi::*;
-use super::devices::canonical;
 use super::shared::{new_channel, new_id, IdInner, Offered, Phase, RawEvent, RawKind};
 use super::sockaddr;
 use crate::abi::{IbvAhAttr, IbvGid};
@@ -265,8 +264,6 @@ fn child(
     Some(child)
 }
 
-/// The destination QPN of a multicast send.
-const MULTICAST_QPN: u32 = 0xff_ffff;
 /// The hop limit of the kernel's RoCE multicast records.
 const MULTICAST_HOP_LIMIT: u8 = 1;
 
@@ -279,18 +276,19 @@ pub fn join_event(target: &Arc<IdInner>, group: SocketAddr) -> Option<Box<SvEven
         .iter_mut()
         .find(|g| g.addr == group && !g.announced)?;
     joined.announced = true;
-    let ip = canonical(group.ip());
     let mut e = blank(target, event::MULTICAST_JOIN, 0);
     e.ev.param.ud.private_data = joined.context as *const c_void;
-    let mut ah = ah_attr_to(ip);
+    let mut ah = ah_attr_to(group.ip());
     ah.grh.hop_limit = MULTICAST_HOP_LIMIT;
     e.ev.param.ud.ah_attr = ah;
-    e.ev.param.ud.qp_num = MULTICAST_QPN;
+    e.ev.param.ud.qp_num = softverbs_emu::engine::MULTICAST_QPN;
     e.ev.param.ud.qkey = RDMA_UDP_QKEY;
     // SAFETY: the target is live (not destroyed: materialize checked); its QP field.
     let qp = unsafe { (*target.c_id()).qp };
     if !qp.is_null() && !joined.send_only {
-        let gid = IbvGid(sockaddr::gid(ip));
+        // The GID the AH above names (an IPv4-mapped address gives the same bytes as its
+        // IPv4 form).
+        let gid = IbvGid(ah.grh.dgid.0);
         // SAFETY: the id's QP (checked live inside) and a GID on the stack.
         match unsafe { sv_ibv_attach_mcast(qp, &gid, 0) } {
             0 => joined.attached = true,

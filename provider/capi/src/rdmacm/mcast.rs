@@ -149,7 +149,7 @@ unsafe fn detach(qp: *mut IbvQp, group: SocketAddr) {
     if qp.is_null() {
         return;
     }
-    let gid = IbvGid(sockaddr::gid(canonical(group.ip())));
+    let gid = IbvGid(sockaddr::gid(group.ip()));
     // SAFETY: checked live inside; a GID on the stack.
     let _ = unsafe { sv_ibv_detach_mcast(qp, &gid, 0) };
 }
