@@ -17,7 +17,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use softverbs_emu::net::batch_sys::{self, RecvSlots};
 
 use super::args::{Settings, Verb};
-use super::report::Baseline;
+use super::report::{Baseline, LatResult};
 
 /// BTH + ICRC: what every RoCE packet adds to its payload (extension headers come on top).
 const ROCE_OVERHEAD: usize = 12 + 4;
@@ -327,12 +327,9 @@ fn ping_pong(datagram: usize, wait: Wait) -> io::Result<(f64, f64)> {
     echo.join()
         .map_err(|_| io::Error::other("echo thread panicked"))??;
     result?;
-    samples.sort_unstable();
-    let half_us = |at: usize| samples.get(at).map_or(0.0, |&ns| ns as f64 / 2000.0);
-    Ok((
-        half_us(samples.len() / 2),
-        half_us(samples.len() * 99 / 100),
-    ))
+    // The test's own statistics, so that both sides of a ratio take the same quantile.
+    let stats = LatResult::from_samples(datagram, &mut samples, true);
+    Ok((stats.median_us, stats.p99_us))
 }
 
 /// The baseline of a `size`-byte message under `s` (its MTU; the datagrams of its test's
