@@ -12,6 +12,8 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
 
+use parking_lot::Mutex;
+
 use super::super::{DatagramView, InDatagram, MAX_DATAGRAM_BYTES};
 
 /// Bytes in front of a forwarded datagram: family (1), IP (16), port (2), whether the
@@ -24,10 +26,22 @@ fn name(device: SocketAddr, slot: u8) -> Vec<u8> {
 }
 
 /// One member's end of the forwarding sockets.
-#[derive(Debug)]
 pub struct Forwarder {
     socket: UnixDatagram,
     device: SocketAddr,
+    /// The buffer [`Forwarder::try_recv`] receives into, allocated once: the receive
+    /// usually finds nothing (a polling application looks every few polls), and a zeroed
+    /// buffer of a full datagram per look cost more than the look's system call.
+    scratch: Mutex<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Forwarder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Forwarder")
+            .field("socket", &self.socket)
+            .field("device", &self.device)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Forwarder {
@@ -37,7 +51,11 @@ impl Forwarder {
         let addr = UnixAddr::from_abstract_name(name(device, slot))?;
         let socket = UnixDatagram::bind_addr(&addr)?;
         socket.set_nonblocking(true)?;
-        Ok(Forwarder { socket, device })
+        Ok(Forwarder {
+            socket,
+            device,
+            scratch: Mutex::new(vec![0; HEADER_BYTES + MAX_DATAGRAM_BYTES]),
+        })
     }
 
     /// Passes `datagram` on to the member holding `slot`. `Ok(false)` if no process has that
@@ -68,7 +86,7 @@ impl Forwarder {
     /// (shorter than the header, an unknown family) is dropped as `InvalidData`: only this
     /// user's processes can reach the socket, but none of them is trusted to be right.
     pub fn try_recv(&self) -> io::Result<Option<InDatagram>> {
-        let mut buf = vec![0u8; HEADER_BYTES + MAX_DATAGRAM_BYTES];
+        let mut buf = self.scratch.lock();
         let n = match self.socket.recv(&mut buf) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
@@ -77,12 +95,10 @@ impl Forwarder {
         let (src, ipv4_identification) = decode_header(&buf[..n]).ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidData, "malformed forwarded datagram")
         })?;
-        buf.truncate(n);
-        buf.drain(..HEADER_BYTES);
         Ok(Some(InDatagram {
             src,
             dst: self.device,
-            payload: buf,
+            payload: buf[HEADER_BYTES..n].to_vec(),
             ipv4_identification,
         }))
     }

@@ -32,8 +32,11 @@ use super::unclaimed;
 /// Forwarded datagrams taken per receive call.
 const FORWARDED_PER_CALL: usize = 64;
 /// Receive calls between two looks at the forwarding socket (without a wait that saw
-/// something): bounds the extra delay of a forwarded datagram to a few polls.
-const FORWARDER_CHECK_EVERY: u32 = 16;
+/// something): bounds the extra delay of a forwarded datagram (tens of microseconds for a
+/// polling application). Each look is a system call that usually finds nothing, and in a
+/// polling loop every nanosecond between two receives is a nanosecond more before a
+/// datagram that arrives is seen: one look in 16 polls was 30-45 ns of a 700 ns empty poll.
+const FORWARDER_CHECK_EVERY: u32 = 64;
 /// Receive calls between two liveness checks (each reads the clock).
 const MEMBERSHIP_CHECK_EVERY: u32 = 64;
 
