@@ -358,6 +358,61 @@ pub fn recv_batch_now(
     recv_batch_flags(socket, slots, limit, libc::MSG_DONTWAIT)
 }
 
+/// Receives one datagram into slot 0 with recvfrom(2), without waiting: `WouldBlock` when
+/// nothing is there. For a socket whose GRO is off (see `gro_mode`): recvfrom reports no
+/// GRO segment size, so slot 0 is one datagram, and it costs the kernel less than recvmsg.
+/// With `peek` the datagram stays queued ([`discard_one`] drops it).
+pub fn recv_one_plain(
+    socket: &impl AsRawFd,
+    slots: &mut RecvSlots,
+    peek: bool,
+) -> io::Result<usize> {
+    let mut addr_len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let flags = libc::MSG_DONTWAIT | if peek { libc::MSG_PEEK } else { 0 };
+    // SAFETY: slot 0 is `slot_bytes` bytes inside `data`, addrs[0] a sockaddr_storage of the
+    // length given; the kernel writes at most those. A plain system call as the others here
+    // (see the module doc).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_recvfrom,
+            socket.as_raw_fd(),
+            slots.data.as_mut_ptr(),
+            slots.slot_bytes,
+            flags,
+            (&mut slots.addrs[0] as *mut libc::sockaddr_storage).cast::<libc::sockaddr>(),
+            &mut addr_len as *mut libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    slots.lens[0] = (rc as usize).min(slots.slot_bytes);
+    slots.addr_lens[0] = addr_len;
+    slots.segs[0] = 0;
+    Ok(1)
+}
+
+/// Drops the first datagram queued on `socket` (one that [`recv_one_plain`] peeked at),
+/// without waiting or copying it.
+pub fn discard_one(socket: &impl AsRawFd) -> io::Result<()> {
+    // SAFETY: a zero-length receive: the kernel writes no buffer and no address.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_recvfrom,
+            socket.as_raw_fd(),
+            std::ptr::null_mut::<u8>(),
+            0usize,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut::<libc::sockaddr>(),
+            std::ptr::null_mut::<libc::socklen_t>(),
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn recv_batch_flags(
     socket: &impl AsRawFd,
     slots: &mut RecvSlots,
@@ -664,6 +719,50 @@ mod tests {
         // A GSO run reaches a GRO socket as one receive.
         if sent_as_run && gro {
             assert_eq!(receives, 2);
+        }
+    }
+
+    #[test]
+    fn a_plain_receive_takes_one_datagram_with_its_sender() {
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = UdpSocket::bind("[::1]:0").ok();
+        let c = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut slots = RecvSlots::new(2, 4096);
+        let nothing = recv_one_plain(&c, &mut slots, false).unwrap_err();
+        assert_eq!(nothing.kind(), io::ErrorKind::WouldBlock);
+        a.send_to(b"first", c.local_addr().unwrap()).unwrap();
+        a.send_to(&[7u8; 3000], c.local_addr().unwrap()).unwrap();
+        a.send_to(b"third", c.local_addr().unwrap()).unwrap();
+        for want in [&b"first"[..], &[7u8; 3000][..]] {
+            assert!(wait_readable(&c, Duration::from_secs(5)).unwrap());
+            // A peek leaves it queued; the receive after it takes it.
+            for peek in [true, true, false] {
+                assert_eq!(recv_one_plain(&c, &mut slots, peek).unwrap(), 1);
+                let (bytes, src) = slots.get(0);
+                assert_eq!((bytes, src), (want, Some(a.local_addr().unwrap())));
+                assert_eq!(slots.segment_bytes(0), 0);
+            }
+        }
+        // A peeked datagram dropped: the queue is empty after it.
+        assert!(wait_readable(&c, Duration::from_secs(5)).unwrap());
+        assert_eq!(recv_one_plain(&c, &mut slots, true).unwrap(), 1);
+        assert_eq!(slots.get(0).0, b"third");
+        discard_one(&c).unwrap();
+        assert_eq!(
+            recv_one_plain(&c, &mut slots, false).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        assert_eq!(
+            discard_one(&c).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        // An IPv6 sender's address comes back whole.
+        if let Some(b) = b {
+            let d = UdpSocket::bind("[::1]:0").unwrap();
+            b.send_to(b"six", d.local_addr().unwrap()).unwrap();
+            assert!(wait_readable(&d, Duration::from_secs(5)).unwrap());
+            assert_eq!(recv_one_plain(&d, &mut slots, false).unwrap(), 1);
+            assert_eq!(slots.get(0), (&b"six"[..], Some(b.local_addr().unwrap())));
         }
     }
 

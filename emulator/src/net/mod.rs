@@ -12,6 +12,7 @@ pub use batched_io as batch_sys;
 pub mod channel;
 pub mod ethernet;
 pub mod fault;
+pub mod gro_mode;
 pub mod icrc_check;
 pub mod multicast;
 pub mod pacer;
@@ -22,6 +23,7 @@ pub mod qemu_socket;
 pub mod shared_port;
 mod socket_options;
 pub mod udp;
+mod udp_receive;
 
 use std::io;
 use std::net::SocketAddr;

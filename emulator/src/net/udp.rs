@@ -29,9 +29,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use super::batched_io::{self, Datagram, RecvSlots, MAX_BATCH};
+use super::batched_io::{self, Datagram, MAX_BATCH};
+use super::udp_receive::Receiver;
 use super::OutPacket;
-use super::{DatagramView, InDatagram, Link, MAX_DATAGRAM_BYTES};
+use super::{DatagramView, InDatagram, Link};
 use crate::wire::{write_icrc, write_icrc_with_payload, IcrcContext, IpHeaderInfo};
 
 /// Flags + fragment offset of the IPv4 packets this link sends: DF, no fragmentation.
@@ -40,10 +41,6 @@ const IPV4_DF: u16 = 0x4000;
 const SOCKET_BUFFER_BYTES: usize = 8 << 20;
 /// Environment variable: `0` turns UDP GSO / GRO off.
 pub const GSO_ENV: &str = "SOFTVERBS_UDP_GSO";
-/// Receive buffer of one GRO slot: the largest coalesced run.
-const GRO_SLOT_BYTES: usize = 65_536;
-/// Receive slots when GRO is on (each 64 KiB).
-const GRO_SLOTS: usize = 16;
 
 /// A UDP socket link.
 ///
@@ -52,16 +49,10 @@ const GRO_SLOTS: usize = 16;
 pub struct UdpLink {
     socket: UdpSocket,
     local: SocketAddr,
-    /// Receive buffers and the datagram lent to receivers (one receiver at a time).
-    rx: Mutex<RxBuffers>,
+    /// The receive side (one receiver at a time).
+    rx: Mutex<Receiver>,
     /// UDP GSO is used for loopback destinations (cleared when the kernel refuses it).
     gso: AtomicBool,
-}
-
-struct RxBuffers {
-    slots: RecvSlots,
-    /// Datagrams of a GRO run that [`Link::recv`] (one at a time) has not returned yet.
-    backlog: std::collections::VecDeque<InDatagram>,
 }
 
 impl UdpLink {
@@ -112,21 +103,19 @@ impl UdpLink {
         // needs plain datagrams).
         let wanted = std::env::var(GSO_ENV).map_or(true, |v| v != "0");
         let gro = wanted && batched_io::set_udp_gro(&socket, true).is_ok();
-        let slots = if gro {
-            RecvSlots::new(GRO_SLOTS, GRO_SLOT_BYTES)
-        } else {
-            RecvSlots::new(MAX_BATCH, MAX_DATAGRAM_BYTES)
-        };
         // socket2 for the options, std for safe I/O into initialised buffers.
         Ok(UdpLink {
             socket: socket.into(),
             local,
             gso: AtomicBool::new(gro),
-            rx: Mutex::new(RxBuffers {
-                slots,
-                backlog: std::collections::VecDeque::new(),
-            }),
+            rx: Mutex::new(Receiver::new(gro)),
         })
+    }
+
+    /// Whether the socket coalesces received GSO runs (UDP GRO) now: off while it gets single
+    /// datagrams one receive at a time (see `gro_mode`).
+    pub fn coalescing(&self) -> bool {
+        self.rx.lock().coalescing()
     }
 
     fn icrc_context(&self, dst: SocketAddr) -> IcrcContext {
@@ -401,52 +390,7 @@ impl Link for UdpLink {
     }
 
     fn recv_ready(&self, max: usize, sink: &mut dyn FnMut(DatagramView<'_>)) -> io::Result<usize> {
-        let mut rx = self.rx.lock();
-        let RxBuffers { slots, backlog } = &mut *rx;
-        let mut total = 0;
-        while let Some(d) = backlog.pop_front() {
-            sink(d.view());
-            total += 1;
-        }
-        while total < max {
-            let want = (max - total).min(slots.capacity());
-            let n = match batched_io::recv_batch_now(&self.socket, slots, want) {
-                Ok(n) => n,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                    ) =>
-                {
-                    break
-                }
-                // An ICMP error queued for an earlier send: not a receive failure.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
-                Err(e) => return Err(e),
-            };
-            for i in 0..n {
-                let (bytes, src) = slots.get(i);
-                let Some(src) = src else { continue };
-                // A GRO slot holds a run of datagrams of `seg` bytes: hand them one by one.
-                let seg = match slots.segment_bytes(i) {
-                    0 => bytes.len().max(1),
-                    seg => seg,
-                };
-                for payload in bytes.chunks(seg) {
-                    sink(DatagramView {
-                        src,
-                        dst: self.local,
-                        payload,
-                        ipv4_identification: None,
-                    });
-                }
-            }
-            total += n;
-            if n < want {
-                break;
-            }
-        }
-        Ok(total)
+        self.rx.lock().receive(&self.socket, self.local, max, sink)
     }
 }
 

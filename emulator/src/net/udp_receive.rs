@@ -1,0 +1,181 @@
+//! The receiving half of a UDP link: its buffers allocated once, the GRO runs it splits,
+//! and the way each receive is made (see `gro_mode`). One receiver at a time: `udp` keeps
+//! it behind a lock.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::time::Instant;
+
+use super::batched_io::{self, RecvSlots, MAX_BATCH};
+use super::gro_mode::{GroMode, GroSwitch, ReceiveWay};
+use super::icrc_check::icrc_ok;
+use super::{DatagramView, InDatagram, MAX_DATAGRAM_BYTES};
+
+/// Receive buffer of one GRO slot: the largest coalesced run.
+const GRO_SLOT_BYTES: usize = 65_536;
+/// Receive slots when GRO is on (each 64 KiB).
+const GRO_SLOTS: usize = 16;
+
+/// A UDP socket's receive state.
+pub(super) struct Receiver {
+    slots: RecvSlots,
+    /// Datagrams of a GRO run that `Link::recv` (one at a time) has not returned yet.
+    pub(super) backlog: VecDeque<InDatagram>,
+    gro: GroMode,
+}
+
+impl Receiver {
+    /// The state of a socket whose GRO option was turned on (`gro`) or not.
+    pub(super) fn new(gro: bool) -> Receiver {
+        Receiver {
+            slots: if gro {
+                RecvSlots::new(GRO_SLOTS, GRO_SLOT_BYTES)
+            } else {
+                RecvSlots::new(MAX_BATCH, MAX_DATAGRAM_BYTES)
+            },
+            backlog: VecDeque::new(),
+            gro: GroMode::new(gro),
+        }
+    }
+
+    /// Whether the socket coalesces GSO runs now.
+    pub(super) fn coalescing(&self) -> bool {
+        self.gro.is_on()
+    }
+
+    /// Hands up to `max` datagrams waiting on `socket` (bound to `local`) to `sink`, without
+    /// waiting; returns how many receive slots they came in.
+    pub(super) fn receive(
+        &mut self,
+        socket: &UdpSocket,
+        local: SocketAddr,
+        max: usize,
+        sink: &mut dyn FnMut(DatagramView<'_>),
+    ) -> io::Result<usize> {
+        let mut total = 0;
+        while let Some(d) = self.backlog.pop_front() {
+            sink(d.view());
+            total += 1;
+        }
+        while total < max {
+            let want = (max - total).min(self.slots.capacity());
+            let way = self.gro.next_receive(want);
+            if way == ReceiveWay::Checked {
+                match self.receive_checked(socket, local, sink) {
+                    Ok(true) => {
+                        total += 1;
+                        continue;
+                    }
+                    Ok(false) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.gro.found_empty(Instant::now);
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            let got = if way == ReceiveWay::Plain {
+                batched_io::recv_one_plain(socket, &mut self.slots, false)
+            } else {
+                batched_io::recv_batch_now(socket, &mut self.slots, want)
+            };
+            let n = match got {
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    break
+                }
+                // An ICMP error queued for an earlier send: not a receive failure.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+                Err(e) => return Err(e),
+            };
+            let (datagrams, runs) = self.hand_over(n, local, sink);
+            if let Some(switch) = self.gro.received(want, datagrams, runs) {
+                self.switch(socket, switch);
+            }
+            total += n;
+            if n < want {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Hands the datagrams of the first `n` slots to `sink`, each datagram of a GRO run
+    /// alone; returns how many datagrams, and how many runs of more than one.
+    fn hand_over(
+        &self,
+        n: usize,
+        local: SocketAddr,
+        sink: &mut dyn FnMut(DatagramView<'_>),
+    ) -> (usize, usize) {
+        let (mut datagrams, mut runs) = (0, 0);
+        for i in 0..n {
+            let (bytes, src) = self.slots.get(i);
+            let Some(src) = src else { continue };
+            // A GRO slot holds a run of datagrams of `seg` bytes.
+            let seg = match self.slots.segment_bytes(i) {
+                0 => bytes.len().max(1),
+                seg => seg,
+            };
+            runs += usize::from(bytes.len() > seg);
+            for payload in bytes.chunks(seg) {
+                datagrams += 1;
+                sink(DatagramView {
+                    src,
+                    dst: local,
+                    payload,
+                    ipv4_identification: None,
+                });
+            }
+        }
+        (datagrams, runs)
+    }
+
+    /// A receive in the checked time after GRO went off: peeks at the first datagram and
+    /// takes it (true) if it is one whole packet. Anything else may be a run queued whole
+    /// before the switch: GRO goes back on, and the caller receives it with its segment
+    /// size (false). `WouldBlock` when nothing is queued.
+    fn receive_checked(
+        &mut self,
+        socket: &UdpSocket,
+        local: SocketAddr,
+        sink: &mut dyn FnMut(DatagramView<'_>),
+    ) -> io::Result<bool> {
+        batched_io::recv_one_plain(socket, &mut self.slots, true)?;
+        let (payload, src) = self.slots.get(0);
+        let view = src.map(|src| DatagramView {
+            src,
+            dst: local,
+            payload,
+            ipv4_identification: None,
+        });
+        match view {
+            Some(view) if icrc_ok(view) => {
+                batched_io::discard_one(socket)?;
+                sink(view);
+                Ok(true)
+            }
+            _ => {
+                if let Some(switch) = self.gro.check_failed() {
+                    self.switch(socket, switch);
+                }
+                Ok(false)
+            }
+        }
+    }
+
+    fn switch(&mut self, socket: &UdpSocket, switch: GroSwitch) {
+        let set = batched_io::set_udp_gro(socket, switch == GroSwitch::On);
+        if let Err(e) = &set {
+            tracing::debug!(error = %e, ?switch, "UDP GRO switch refused");
+        }
+        self.gro.switched(switch, set.is_ok(), Instant::now());
+    }
+}
