@@ -32,13 +32,25 @@ fn receive(link: &UdpLink, want: usize, max: usize) -> Vec<Vec<u8>> {
     got
 }
 
-/// Sends `PLAIN_RUN - 1` single datagrams, each received alone.
+/// A receive that finds nothing, as a polling application's between two messages.
+fn nothing_there(link: &UdpLink) {
+    assert_eq!(
+        link.recv_ready(1, &mut |_| panic!("nothing was sent"))
+            .unwrap(),
+        0
+    );
+}
+
+/// Sends `PLAIN_RUN - 1` single datagrams as a ping-pong's: each received alone, after a
+/// receive that found nothing.
 fn ping_pong_up_to_the_switch(link: &UdpLink, tx: &UdpSocket, dst: SocketAddr) {
     for i in 0..PLAIN_RUN - 1 {
+        nothing_there(link);
         let datagram = [i as u8; 20];
         tx.send_to(&datagram, dst).unwrap();
         assert_eq!(receive(link, 1, 1), vec![datagram.to_vec()]);
     }
+    nothing_there(link);
 }
 
 /// A GSO run of `count` datagrams of 700 bytes (distinct contents) to `dst`, or `None`
@@ -132,16 +144,13 @@ fn single_datagrams_turn_gro_off_and_a_burst_turns_it_on() {
     assert!(!link.coalescing());
     // Single datagrams go on arriving whole once the queue drained (recvfrom).
     std::thread::sleep(Duration::from_millis(2));
-    assert_eq!(
-        link.recv_ready(1, &mut |_| panic!("nothing was sent"))
-            .unwrap(),
-        0
-    );
     for i in 0..10u8 {
+        nothing_there(&link);
         tx.send_to(&[i; 33], dst).unwrap();
         assert_eq!(receive(&link, 1, 1), vec![vec![i; 33]]);
     }
     assert!(!link.coalescing());
+    nothing_there(&link);
     // A run now arrives split by the kernel: one datagram, then a burst of the rest.
     let Some(run) = send_run(&tx, dst, 8) else {
         return;

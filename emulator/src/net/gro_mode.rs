@@ -9,7 +9,8 @@
 //! a nanosecond more before a datagram that arrives is seen: a loopback SEND ping-pong's
 //! half round trip was 0.2 us shorter with recvfrom (30 alternating runs; empty polls
 //! 700 -> 600 ns). So a socket that keeps getting single datagrams one receive at a time (a
-//! ping-pong) turns GRO off and receives them with recvfrom; the first burst turns GRO on.
+//! ping-pong) turns GRO off and receives them with recvfrom; a burst, or datagrams that keep
+//! arriving together (requests with their ACKs), turn it on again.
 //!
 //! The switch off is the delicate one. The kernel reports a run's segment size only while
 //! GRO is on: a run queued before the switch (or kept whole by a sender that looked at the
@@ -25,15 +26,18 @@
 
 use std::time::{Duration, Instant};
 
-/// One-datagram receives in a row that each found a single plain datagram before GRO is
-/// first turned off; each time GRO has to go back on, the next switch off waits twice as
-/// long (up to [`PLAIN_RUN_MAX`]), so that traffic mixing bursts and single datagrams does
-/// not flap.
+/// The evidence of single datagrams (one per receive that found one alone) GRO needs
+/// before it is first turned off; each time it has to go back on, the next switch off needs
+/// twice as much (up to [`PLAIN_RUN_MAX`]), so that mixed traffic does not flap.
 pub const PLAIN_RUN: u32 = 64;
-/// The longest such run.
+/// The most evidence a switch off needs.
 pub const PLAIN_RUN_MAX: u32 = 1 << 16;
-/// Datagrams one receive must return (or one GSO run it must find) to turn GRO back on:
-/// more than a request and its ACK, which a peer may send together.
+/// What datagrams that arrived together (a GSO run of two, or back to back while GRO is
+/// off: a request and the ACK a peer sent with it) count against single ones. GRO saves
+/// such a pair a receive call: a ping-pong that acknowledges every message (perftest's
+/// latency defaults) keeps GRO on, one with an ACK every 100 messages turns it off.
+pub const PAIR_WEIGHT: u32 = 8;
+/// Datagrams one receive must return to be a burst, which turns GRO on at once.
 pub const BURST: usize = 3;
 /// How long after GRO goes off receives stay checked, at least (see the module doc).
 pub const SUSPECT_FOR: Duration = Duration::from_millis(1);
@@ -43,7 +47,7 @@ pub const SUSPECT_FOR: Duration = Duration::from_millis(1);
 pub enum GroSwitch {
     /// Turn GRO off: the traffic is single datagrams.
     Off,
-    /// Turn GRO on: runs of datagrams arrive.
+    /// Turn GRO on: datagrams arrive together.
     On,
 }
 
@@ -60,9 +64,9 @@ pub enum ReceiveWay {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
-    /// GRO is on; the count of one-datagram receives in a row that found one plain datagram.
-    On { plain_in_a_row: u32 },
-    /// GRO went off; runs may still be queued until this time.
+    /// GRO is on.
+    On,
+    /// GRO went off; runs may still be queued, at least until this time.
     Suspect { until: Instant },
     /// GRO is off and every datagram queued is a plain one.
     Off,
@@ -74,8 +78,13 @@ pub struct GroMode {
     /// The kernel and the user let the socket coalesce: GRO can be turned on.
     capable: bool,
     state: State,
-    /// The plain run the next switch off waits for.
+    /// Evidence for the switch away from the state: single datagrams while GRO is on,
+    /// datagrams together while it is off.
+    evidence: u32,
+    /// The evidence the next switch off needs.
     plain_run: u32,
+    /// The last receive found something (the next one's datagrams came with those).
+    after_data: bool,
 }
 
 impl GroMode {
@@ -84,18 +93,16 @@ impl GroMode {
     pub fn new(capable: bool) -> GroMode {
         GroMode {
             capable,
-            state: if capable {
-                State::On { plain_in_a_row: 0 }
-            } else {
-                State::Off
-            },
+            state: if capable { State::On } else { State::Off },
+            evidence: 0,
             plain_run: PLAIN_RUN,
+            after_data: false,
         }
     }
 
     /// Whether GRO is on on the socket.
     pub fn is_on(&self) -> bool {
-        matches!(self.state, State::On { .. })
+        self.state == State::On
     }
 
     /// How a receive of at most `want` datagrams is made.
@@ -107,9 +114,10 @@ impl GroMode {
         }
     }
 
-    /// A checked receive found the queue empty; `now` is read only then. Once that happens
-    /// [`SUSPECT_FOR`] or more after the switch off, no run can be queued any more.
-    pub fn found_empty(&mut self, now: impl FnOnce() -> Instant) {
+    /// A receive found the queue empty; `now` is read only while receives are checked. Once
+    /// that happens [`SUSPECT_FOR`] or more after the switch off, no run can be queued.
+    pub fn found_nothing(&mut self, now: impl FnOnce() -> Instant) {
+        self.after_data = false;
         if let State::Suspect { until } = self.state {
             if now() >= until {
                 self.state = State::Off;
@@ -118,29 +126,39 @@ impl GroMode {
     }
 
     /// A receive that asked for `asked` datagrams got `got` (counting each datagram of a
-    /// run), `runs` of them GSO runs of more than one; returns the switch to make, if any.
+    /// run, at least one), `runs` of them GSO runs of more than one; returns the switch to
+    /// make, if any.
     pub fn received(&mut self, asked: usize, got: usize, runs: usize) -> Option<GroSwitch> {
+        let after_data = std::mem::replace(&mut self.after_data, true);
         if !self.capable {
             return None;
         }
-        let burst = got >= BURST || runs > 0;
-        match &mut self.state {
-            State::On { plain_in_a_row } if burst => {
-                *plain_in_a_row = 0;
-                None
-            }
-            State::On { plain_in_a_row } => {
-                if asked == 1 && got == 1 {
-                    *plain_in_a_row += 1;
-                    if *plain_in_a_row >= self.plain_run {
-                        return Some(GroSwitch::Off);
-                    }
-                }
-                None
-            }
-            _ if burst => Some(GroSwitch::On),
-            _ => None,
+        if got >= BURST {
+            self.evidence = 0;
+            return (!self.is_on()).then_some(GroSwitch::On);
         }
+        let together = runs > 0 || after_data;
+        let single = asked == 1 && got == 1 && !together;
+        if self.is_on() {
+            self.evidence = match (together, single) {
+                (true, _) => self.evidence.saturating_sub(PAIR_WEIGHT),
+                (false, true) => self.evidence + 1,
+                _ => self.evidence,
+            };
+            if self.evidence >= self.plain_run {
+                return Some(GroSwitch::Off);
+            }
+        } else {
+            self.evidence = match (together, single) {
+                (true, _) => self.evidence + PAIR_WEIGHT,
+                (false, true) => self.evidence.saturating_sub(1),
+                _ => self.evidence,
+            };
+            if self.evidence >= PLAIN_RUN {
+                return Some(GroSwitch::On);
+            }
+        }
+        None
     }
 
     /// A checked receive found a datagram that is not one whole packet: GRO goes back on
@@ -151,6 +169,7 @@ impl GroMode {
 
     /// The receiver made `switch` at `now`; `ok` if the socket took it.
     pub fn switched(&mut self, switch: GroSwitch, ok: bool, now: Instant) {
+        self.evidence = 0;
         match (switch, ok) {
             (GroSwitch::Off, true) => {
                 self.state = State::Suspect {
@@ -159,15 +178,15 @@ impl GroMode {
             }
             (GroSwitch::On, true) => {
                 self.plain_run = (self.plain_run * 2).min(PLAIN_RUN_MAX);
-                self.state = State::On { plain_in_a_row: 0 };
+                self.state = State::On;
             }
             // GRO could not be turned off: it stays on, and is not turned off again.
             (GroSwitch::Off, false) => {
                 self.capable = false;
-                self.state = State::On { plain_in_a_row: 0 };
+                self.state = State::On;
             }
-            // Nor back on: the socket stays as it is, and every receive stays checked until
-            // the run has surely gone (then plain: nothing can coalesce any more).
+            // Nor back on: the socket stays as it is, and receives stay checked until no
+            // run can be left (then plain: nothing coalesces any more).
             (GroSwitch::On, false) => self.capable = false,
         }
     }
@@ -177,17 +196,50 @@ impl GroMode {
 mod tests {
     use super::*;
 
-    /// `receives` one-datagram receives of one plain datagram each; the switches asked.
-    fn ping_pong(mode: &mut GroMode, receives: u32) -> Vec<GroSwitch> {
-        (0..receives)
-            .filter_map(|_| mode.received(1, 1, 0))
-            .collect()
+    /// What the receiver does with a switch asked: makes it (a switch off settles at once,
+    /// as after a quiet millisecond), and notes it in `made`.
+    fn make(mode: &mut GroMode, switch: Option<GroSwitch>, made: &mut Vec<GroSwitch>) {
+        if let Some(switch) = switch {
+            let t0 = Instant::now();
+            mode.switched(switch, true, t0);
+            mode.found_nothing(|| t0 + SUSPECT_FOR);
+            made.push(switch);
+        }
+    }
+
+    /// `messages` ping-pong receives: an empty receive, then one that finds one datagram
+    /// alone; the switches made.
+    fn ping_pong(mode: &mut GroMode, messages: u32) -> Vec<GroSwitch> {
+        let mut made = Vec::new();
+        for _ in 0..messages {
+            mode.found_nothing(Instant::now);
+            let switch = mode.received(1, 1, 0);
+            make(mode, switch, &mut made);
+        }
+        made
+    }
+
+    /// A message that arrives with an ACK: as a GSO run of two while GRO is on, else as
+    /// one datagram and, in the batch receive after it, the other; the switches made.
+    fn with_its_ack(mode: &mut GroMode) -> Vec<GroSwitch> {
+        let mut made = Vec::new();
+        mode.found_nothing(Instant::now);
+        if mode.is_on() {
+            let switch = mode.received(1, 2, 1);
+            make(mode, switch, &mut made);
+        } else {
+            let switch = mode.received(1, 1, 0);
+            make(mode, switch, &mut made);
+            let switch = mode.received(64, 1, 0);
+            make(mode, switch, &mut made);
+        }
+        made
     }
 
     /// GRO turned off at `t0`, and the queue found empty once the suspect time is over.
     fn off_and_settled(mode: &mut GroMode, t0: Instant) {
         mode.switched(GroSwitch::Off, true, t0);
-        mode.found_empty(|| t0 + SUSPECT_FOR);
+        mode.found_nothing(|| t0 + SUSPECT_FOR);
         assert_eq!(mode.next_receive(1), ReceiveWay::Plain);
     }
 
@@ -197,7 +249,7 @@ mod tests {
         assert!(ping_pong(&mut mode, PLAIN_RUN - 1).is_empty());
         assert!(mode.is_on());
         assert_eq!(mode.next_receive(1), ReceiveWay::WithSegments);
-        mode.found_empty(|| unreachable!("no clock read while GRO is on"));
+        mode.found_nothing(Instant::now);
         assert_eq!(mode.received(1, 1, 0), Some(GroSwitch::Off));
     }
 
@@ -211,43 +263,59 @@ mod tests {
             assert_eq!(mode.next_receive(want), ReceiveWay::Checked);
         }
         // Empty too soon: what a sender was queueing at the switch may still come.
-        mode.found_empty(|| t0 + SUSPECT_FOR / 2);
+        mode.found_nothing(|| t0 + SUSPECT_FOR / 2);
         assert_eq!(mode.next_receive(1), ReceiveWay::Checked);
         assert_eq!(mode.check_failed(), Some(GroSwitch::On));
         // However late the receiver looks, what is queued is checked until it found none.
         assert_eq!(mode.next_receive(1), ReceiveWay::Checked);
-        mode.found_empty(|| t0 + SUSPECT_FOR);
+        mode.found_nothing(|| t0 + SUSPECT_FOR);
         assert_eq!(mode.next_receive(1), ReceiveWay::Plain);
         // Settled: batches are plain recvmmsgs, no clock read, and nothing to check.
         assert_eq!(mode.next_receive(64), ReceiveWay::WithSegments);
-        mode.found_empty(|| unreachable!("no clock read once settled"));
+        mode.found_nothing(|| unreachable!("no clock read once settled"));
         assert_eq!(mode.check_failed(), None);
     }
 
     #[test]
-    fn a_burst_or_a_run_turns_gro_back_on() {
-        for (got, runs) in [(BURST, 0), (1, 1)] {
-            let mut mode = GroMode::new(true);
-            off_and_settled(&mut mode, Instant::now());
-            assert_eq!(mode.received(64, got, runs), Some(GroSwitch::On));
-            mode.switched(GroSwitch::On, true, Instant::now());
-            assert!(mode.is_on());
-            assert_eq!(mode.next_receive(1), ReceiveWay::WithSegments);
-        }
+    fn a_burst_turns_gro_back_on_at_once() {
+        let mut mode = GroMode::new(true);
+        off_and_settled(&mut mode, Instant::now());
+        mode.found_nothing(Instant::now);
+        assert_eq!(mode.received(64, BURST, 0), Some(GroSwitch::On));
+        mode.switched(GroSwitch::On, true, Instant::now());
+        assert!(mode.is_on());
+        assert_eq!(mode.next_receive(1), ReceiveWay::WithSegments);
     }
 
     #[test]
-    fn a_request_with_its_ack_or_a_run_breaks_the_count() {
+    fn every_message_with_its_ack_keeps_gro_on_and_brings_it_back() {
         let mut mode = GroMode::new(true);
-        assert!(ping_pong(&mut mode, PLAIN_RUN - 1).is_empty());
-        // A GRO run (a SEND and the ACK sent with it): the count starts again.
-        assert_eq!(mode.received(1, 2, 1), None);
-        assert!(ping_pong(&mut mode, PLAIN_RUN - 1).is_empty());
-        assert_eq!(mode.received(1, 1, 0), Some(GroSwitch::Off));
-        // With GRO off the pair arrives as two datagrams: under a burst, no switch.
-        off_and_settled(&mut mode, Instant::now());
-        assert_eq!(mode.received(1, 1, 0), None);
-        assert_eq!(mode.received(64, BURST - 1, 0), None);
+        for _ in 0..10 * PLAIN_RUN {
+            assert!(with_its_ack(&mut mode).is_empty());
+        }
+        // Off (after a phase of single datagrams), the pairs arrive split and bring GRO
+        // back within a few messages.
+        assert_eq!(ping_pong(&mut mode, PLAIN_RUN), vec![GroSwitch::Off]);
+        let back = (1..=PLAIN_RUN)
+            .find(|_| with_its_ack(&mut mode) == vec![GroSwitch::On])
+            .expect("GRO comes back");
+        assert!(back <= PLAIN_RUN / (PAIR_WEIGHT - 1) + 1, "{back} messages");
+    }
+
+    #[test]
+    fn an_ack_every_hundred_messages_turns_gro_off_and_keeps_it_off() {
+        let mut mode = GroMode::new(true);
+        let mut switches = Vec::new();
+        for _ in 0..3 {
+            switches.extend(ping_pong(&mut mode, 99));
+            switches.extend(with_its_ack(&mut mode));
+        }
+        assert_eq!(switches, vec![GroSwitch::Off]);
+        for _ in 0..100 {
+            assert!(ping_pong(&mut mode, 99).is_empty());
+            assert!(with_its_ack(&mut mode).is_empty());
+        }
+        assert!(!mode.is_on());
     }
 
     #[test]
@@ -255,12 +323,14 @@ mod tests {
         let mut mode = GroMode::new(true);
         let mut run = PLAIN_RUN;
         for _ in 0..20 {
-            assert_eq!(ping_pong(&mut mode, run), vec![GroSwitch::Off]);
-            off_and_settled(&mut mode, Instant::now());
+            assert!(ping_pong(&mut mode, run - 1).is_empty());
+            assert_eq!(ping_pong(&mut mode, 1), vec![GroSwitch::Off]);
+            mode.found_nothing(Instant::now);
             assert_eq!(mode.received(64, BURST, 0), Some(GroSwitch::On));
             mode.switched(GroSwitch::On, true, Instant::now());
             run = (run * 2).min(PLAIN_RUN_MAX);
             assert!(ping_pong(&mut mode, run - 1).is_empty());
+            mode.found_nothing(Instant::now);
             assert_eq!(
                 mode.received(64, BURST, 0),
                 None,
@@ -274,6 +344,7 @@ mod tests {
     fn batch_receives_never_turn_gro_off() {
         let mut mode = GroMode::new(true);
         for _ in 0..10 * PLAIN_RUN {
+            mode.found_nothing(Instant::now);
             assert_eq!(mode.received(64, 1, 0), None);
         }
         assert!(mode.is_on());
@@ -285,13 +356,18 @@ mod tests {
         assert_eq!(mode.next_receive(1), ReceiveWay::Plain);
         assert!(ping_pong(&mut mode, 10 * PLAIN_RUN).is_empty());
         assert_eq!(mode.received(64, 64, 3), None);
+        for _ in 0..10 * PLAIN_RUN {
+            assert!(with_its_ack(&mut mode).is_empty());
+        }
         assert_eq!(mode.next_receive(1), ReceiveWay::Plain);
     }
 
     #[test]
     fn a_refused_switch_off_leaves_gro_on_for_good() {
         let mut mode = GroMode::new(true);
-        assert_eq!(ping_pong(&mut mode, PLAIN_RUN), vec![GroSwitch::Off]);
+        assert!(ping_pong(&mut mode, PLAIN_RUN - 1).is_empty());
+        mode.found_nothing(Instant::now);
+        assert_eq!(mode.received(1, 1, 0), Some(GroSwitch::Off));
         mode.switched(GroSwitch::Off, false, Instant::now());
         assert!(mode.is_on());
         assert_eq!(mode.next_receive(1), ReceiveWay::WithSegments);
@@ -305,7 +381,7 @@ mod tests {
         mode.switched(GroSwitch::Off, true, t0);
         mode.switched(GroSwitch::On, false, t0);
         assert_eq!(mode.next_receive(1), ReceiveWay::Checked);
-        mode.found_empty(|| t0 + SUSPECT_FOR);
+        mode.found_nothing(|| t0 + SUSPECT_FOR);
         assert_eq!(mode.next_receive(1), ReceiveWay::Plain);
         assert_eq!(mode.received(64, 64, 0), None, "no more switches");
     }

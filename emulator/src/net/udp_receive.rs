@@ -69,7 +69,7 @@ impl Receiver {
                     }
                     Ok(false) => {}
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        self.gro.found_empty(Instant::now);
+                        self.gro.found_nothing(Instant::now);
                         break;
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => break,
@@ -83,14 +83,11 @@ impl Receiver {
             };
             let n = match got {
                 Ok(n) => n,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                    ) =>
-                {
-                    break
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.gro.found_nothing(Instant::now);
+                    break;
                 }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => break,
                 // An ICMP error queued for an earlier send: not a receive failure.
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
                 Err(e) => return Err(e),
