@@ -53,6 +53,28 @@ fn ping_pong_up_to_the_switch(link: &UdpLink, tx: &UdpSocket, dst: SocketAddr) {
     nothing_there(link);
 }
 
+/// The last single datagram of the ping-pong, received: GRO goes off.
+fn last_single(link: &UdpLink) {
+    assert_eq!(receive(link, 1, 1), vec![b"last single".to_vec()]);
+    assert!(
+        !link.coalescing(),
+        "{PLAIN_RUN} single datagrams turn GRO off"
+    );
+}
+
+/// A link whose ping-pong of single datagrams turned GRO off, its sender and its address;
+/// `None` where the kernel (or the user) has no GRO.
+fn gro_switched_off() -> Option<(UdpLink, UdpSocket, SocketAddr)> {
+    let (link, tx, dst) = link_and_sender();
+    if !link.coalescing() {
+        return None;
+    }
+    ping_pong_up_to_the_switch(&link, &tx, dst);
+    tx.send_to(b"last single", dst).unwrap();
+    last_single(&link);
+    Some((link, tx, dst))
+}
+
 /// A GSO run of `count` datagrams of 700 bytes (distinct contents) to `dst`, or `None`
 /// when this kernel cannot send one.
 fn send_run(tx: &UdpSocket, dst: SocketAddr, count: u8) -> Option<Vec<Vec<u8>>> {
@@ -87,14 +109,9 @@ fn whole_packet(from: SocketAddr, to: SocketAddr, tag: u8) -> Vec<u8> {
 
 #[test]
 fn whole_packets_are_taken_while_checked_and_anything_else_turns_gro_on() {
-    let (link, tx, dst) = link_and_sender();
-    if !link.coalescing() {
-        return;
-    }
-    ping_pong_up_to_the_switch(&link, &tx, dst);
-    tx.send_to(b"last single", dst).unwrap();
-    assert_eq!(receive(&link, 1, 1), vec![b"last single".to_vec()]);
-    assert!(!link.coalescing());
+    let Some((link, tx, dst)) = gro_switched_off() else {
+        return; // no UDP GRO in this kernel (or SOFTVERBS_UDP_GSO=0): nothing switches
+    };
     // The queue has not been found empty since: receives are checked. Whole packets (their
     // ICRC right) are taken as they are, and GRO stays off.
     for tag in 0..5u8 {
@@ -123,25 +140,16 @@ fn a_run_queued_before_gro_went_off_is_still_split() {
     let Some(run) = send_run(&tx, dst, 3) else {
         return; // no UDP GSO to send with
     };
-    assert_eq!(receive(&link, 1, 1), vec![b"last single".to_vec()]);
-    assert!(
-        !link.coalescing(),
-        "{PLAIN_RUN} single datagrams turn GRO off"
-    );
+    last_single(&link);
     // A recvfrom now would return the run as one 2100-byte datagram.
     assert_eq!(receive(&link, 3, 1), run);
 }
 
 #[test]
 fn single_datagrams_turn_gro_off_and_a_burst_turns_it_on() {
-    let (link, tx, dst) = link_and_sender();
-    if !link.coalescing() {
-        return;
-    }
-    ping_pong_up_to_the_switch(&link, &tx, dst);
-    tx.send_to(b"last single", dst).unwrap();
-    assert_eq!(receive(&link, 1, 1), vec![b"last single".to_vec()]);
-    assert!(!link.coalescing());
+    let Some((link, tx, dst)) = gro_switched_off() else {
+        return; // no UDP GRO in this kernel (or SOFTVERBS_UDP_GSO=0): nothing switches
+    };
     // Single datagrams go on arriving whole once the queue drained (recvfrom).
     std::thread::sleep(Duration::from_millis(2));
     for i in 0..10u8 {
