@@ -71,7 +71,9 @@ p99_ratio=$(run "$A" 'd["results"][0]["t_99_us"]/d["baseline"][0]["half_rtt_spin
 spread=$(run "$A" 'max(d["round_ratios"][0])/min(d["round_ratios"][0])')
 base=$(run "$A" 'd["baseline"][0]["half_rtt_us"]')
 block=$(run "$A" 'd["baseline"][0]["half_rtt_block_us"]')
-row "SEND 8 B latency (median half RTT), UDP" "$A" "$(printf '%.1f us (t_99 %.1f us)' "$lat" "$p99")" "$(printf '%.2fx / t_99 %.1fx raw UDP ping-pong, busy-polled (%.1f us; blocking: %.1f us); rounds spread %.2fx' "$ratio" "$p99_ratio" "$base" "$block" "$spread")" "<= 1.3x / t_99 <= 3x / spread <= 2x"
+poll=$(run "$A" 'd["results"][0]["empty_poll_ns"]')
+empty=$(run "$A" 'd["baseline"][0]["empty_receive_ns"]')
+row "SEND 8 B latency (median half RTT), UDP" "$A" "$(printf '%.1f us (t_99 %.1f us)' "$lat" "$p99")" "$(printf '%.2fx / t_99 %.1fx raw UDP ping-pong, busy-polled (%.1f us; blocking: %.1f us); rounds spread %.2fx; an empty poll %.0f ns against raw UDP'"'"'s empty receive %.0f ns' "$ratio" "$p99_ratio" "$base" "$block" "$spread" "$poll" "$empty")" "<= 1.3x / t_99 <= 3x / spread <= 2x"
 
 A="send_lat --loopback -s 8 -n 5000 --baseline --rounds 5"
 lat=$(run "$A" 'd["results"][0]["t_typical_us"]')

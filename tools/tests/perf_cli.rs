@@ -448,6 +448,37 @@ fn rounds_report_the_median_round_with_every_ratio() {
     assert_eq!(field(&out, "ratio_to_udp"), ratios[1], "{out}");
 }
 
+#[test]
+fn a_latency_baseline_times_an_empty_poll_beside_raw_udps_empty_receive() {
+    let json = [
+        "send_lat",
+        "--loopback",
+        "--link",
+        "inproc",
+        "-s",
+        "8",
+        "-n",
+        "50",
+    ];
+    let o = perf(&[&json[..], &["--baseline", "--json"]].concat());
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    // Both are costs of real calls: more than nothing, less than a millisecond.
+    for key in ["empty_poll_ns", "empty_receive_ns"] {
+        let ns = field(&out, key);
+        assert!(ns > 0.0 && ns < 1e6, "{key} {ns}: {out}");
+    }
+    // The text says both; without --baseline neither is measured.
+    let o = perf(&[&json[..], &["--baseline"]].concat());
+    assert!(
+        text(&o).contains("an empty poll of the CQ after the test:"),
+        "{}",
+        text(&o)
+    );
+    let o = perf(&[&json[..], &["--json"]].concat());
+    assert!(text(&o).contains("\"empty_poll_ns\":null"), "{}", text(&o));
+}
+
 /// The processes whose command line is `softverbs contender <parent>`.
 fn contenders_of(parent: u32) -> usize {
     let wanted = format!("contender\0{parent}\0");

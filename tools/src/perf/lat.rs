@@ -372,6 +372,9 @@ pub fn client(
     // The next size starts with every receive posted.
     p.repost_receives()?;
     let mut result = LatResult::from_samples(size, &mut samples, half);
+    if s.baseline {
+        result.empty_poll_ns = Some(empty_poll_ns(side));
+    }
     result.verified_bytes = match verb {
         Verb::Read if s.no_verify => 0,
         Verb::Read => verify_pattern(side, side.src_off, size, side.max_size)?,
@@ -380,6 +383,18 @@ pub fn client(
         Verb::Send => size as u64 * i,
     };
     Ok(result)
+}
+
+/// What a poll of `side`'s CQ that finds nothing costs, ns, right after the test: its
+/// device's link as the traffic left it, the peer still polling its own. Nothing is in
+/// flight (every send completed, every receive posted back), so the polls find nothing; in
+/// waits this long the poller probes for other threads once in 32 polls, which a ping-pong's
+/// short waits seldom do.
+fn empty_poll_ns(side: &Side) -> f64 {
+    let mut wcs = [WorkCompletion::default(); 4];
+    super::udp_baseline::per_call_ns(|| {
+        let _ = side.cq.poll(&mut wcs);
+    })
 }
 
 /// The server side of a WRITE ping-pong, as ib_write_lat's server: it writes first, then

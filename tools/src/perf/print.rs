@@ -1,7 +1,7 @@
 //! The printing of a `softverbs perf` run: perftest-style text, or one JSON document.
 
 use super::args::{Settings, TestKind};
-use super::report::{self, Baseline};
+use super::report::{self, Baseline, LatResult};
 use super::results::{ratio, ClientReport, Row, ServerRow};
 
 pub fn print_baselines(s: &Settings, list: &[Baseline]) {
@@ -222,6 +222,16 @@ pub fn print_client(s: &Settings, link: &str, client: &ClientReport) {
                 b.half_rtt_spin_us,
                 b.half_rtt_spin_t99_us
             );
+            if let Some(Row::Lat(LatResult {
+                empty_poll_ns: Some(poll),
+                ..
+            })) = rows.get(i)
+            {
+                println!(
+                    "    an empty poll of the CQ after the test: {poll:.0} ns; a raw UDP receive that finds nothing: {:.0} ns",
+                    b.empty_receive_ns
+                );
+            }
         }
     }
     if s.no_verify {

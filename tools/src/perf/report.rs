@@ -52,6 +52,10 @@ pub struct LatResult {
     pub half_round_trip: bool,
     /// Bytes compared with what was sent and found equal.
     pub verified_bytes: u64,
+    /// With `--baseline`: what an empty poll of the CQ cost right after the test, ns (the
+    /// busy-polled UDP ping-pong's counterpart is [`Baseline::empty_receive_ns`]). A
+    /// ping-pong's half round trip follows it one for one.
+    pub empty_poll_ns: Option<f64>,
 }
 
 impl LatResult {
@@ -83,6 +87,7 @@ impl LatResult {
             max_us: samples_ns.last().map_or(0.0, |&x| x as f64 / div),
             half_round_trip: half,
             verified_bytes: 0,
+            empty_poll_ns: None,
         }
     }
 }
@@ -118,6 +123,9 @@ pub struct Baseline {
     /// The 99th percentile of that busy-polled ping-pong: the host's own tail, the floor
     /// under any latency target stated as a multiple of its median.
     pub half_rtt_spin_t99_us: f64,
+    /// A non-blocking receive on an empty UDP socket, ns: what the busy-polled ping-pong's
+    /// loop spends per turn on the socket.
+    pub empty_receive_ns: f64,
 }
 
 /// Header line describing the run.
@@ -208,7 +216,7 @@ pub fn lat_json(r: &LatResult, ratio: Option<f64>) -> String {
     format!(
         "{{\"bytes\":{},\"iterations\":{},\"t_min_us\":{},\"t_typical_us\":{},\"t_avg_us\":{},\
          \"t_99_us\":{},\"t_99_9_us\":{},\"t_max_us\":{},\"half_round_trip\":{},\
-         \"verified_bytes\":{},\"ratio_to_udp\":{}}}",
+         \"verified_bytes\":{},\"ratio_to_udp\":{},\"empty_poll_ns\":{}}}",
         r.bytes,
         r.iterations,
         json_num(r.min_us),
@@ -219,7 +227,8 @@ pub fn lat_json(r: &LatResult, ratio: Option<f64>) -> String {
         json_num(r.max_us),
         r.half_round_trip,
         r.verified_bytes,
-        ratio.map_or("null".into(), json_num)
+        ratio.map_or("null".into(), json_num),
+        r.empty_poll_ns.map_or("null".into(), json_num)
     )
 }
 
@@ -241,7 +250,8 @@ pub fn baseline_json(b: &Baseline) -> String {
     format!(
         "{{\"datagram_bytes\":{},\"verb\":{},\"verb_datagrams\":[{}],\"bw_mbs\":{},\
          \"uniform_mbs\":{},\"uniform_method\":{},\"methods\":[{}],\"half_rtt_us\":{},\
-         \"half_rtt_block_us\":{},\"half_rtt_spin_us\":{},\"half_rtt_spin_t99_us\":{}}}",
+         \"half_rtt_block_us\":{},\"half_rtt_spin_us\":{},\"half_rtt_spin_t99_us\":{},\
+         \"empty_receive_ns\":{}}}",
         b.datagram_bytes,
         json_str(&b.verb),
         sizes.join(","),
@@ -252,7 +262,8 @@ pub fn baseline_json(b: &Baseline) -> String {
         json_num(b.half_rtt_us),
         json_num(b.half_rtt_block_us),
         json_num(b.half_rtt_spin_us),
-        json_num(b.half_rtt_spin_t99_us)
+        json_num(b.half_rtt_spin_t99_us),
+        json_num(b.empty_receive_ns)
     )
 }
 

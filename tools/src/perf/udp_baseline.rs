@@ -332,6 +332,40 @@ fn ping_pong(datagram: usize, wait: Wait) -> io::Result<(f64, f64)> {
     Ok((stats.median_us, stats.p99_us))
 }
 
+/// Calls per timed batch of [`per_call_ns`].
+const CALLS_PER_BATCH: u32 = 20_000;
+/// Timed batches; the median batch's figure is taken.
+const BATCHES: usize = 5;
+
+/// What one call of `call` costs, ns: the median of [`BATCHES`] timed batches of
+/// [`CALLS_PER_BATCH`] calls.
+pub fn per_call_ns(mut call: impl FnMut()) -> f64 {
+    let mut batches: Vec<f64> = (0..BATCHES)
+        .map(|_| {
+            let started = Instant::now();
+            for _ in 0..CALLS_PER_BATCH {
+                call();
+            }
+            started.elapsed().as_nanos() as f64 / f64::from(CALLS_PER_BATCH)
+        })
+        .collect();
+    batches.sort_by(f64::total_cmp);
+    batches[BATCHES / 2]
+}
+
+/// What a non-blocking receive that finds nothing costs raw UDP, ns: the busy-polled
+/// ping-pong makes one per turn of its loop, as an application polling an empty CQ makes a
+/// `poll_cq` (whose cost, `LatResult::empty_poll_ns`, the half round trip follows one for
+/// one).
+fn empty_receive_ns() -> io::Result<f64> {
+    let sock = socket(Ipv4Addr::new(127, 0, 0, 1))?;
+    sock.set_nonblocking(true)?;
+    let mut buf = [0u8; 64];
+    Ok(per_call_ns(|| {
+        let _ = sock.recv_from(&mut buf);
+    }))
+}
+
 /// The baseline of a `size`-byte message under `s` (its MTU; the datagrams of its test's
 /// verb, a WRITE's for `udp-baseline` itself).
 pub fn measure(s: &Settings, size: usize) -> io::Result<Baseline> {
@@ -353,6 +387,7 @@ pub fn measure(s: &Settings, size: usize) -> io::Result<Baseline> {
     // ratios spread 1.33-1.88x (largest over smallest of a run) with the ping-pong last,
     // 1.06-1.27x with it first; the medians stayed (1.38-1.47x against 1.36-1.48x).
     (b.half_rtt_spin_us, b.half_rtt_spin_t99_us) = ping_pong(datagram, Wait::Spin)?;
+    b.empty_receive_ns = empty_receive_ns()?;
     for method in [
         Method::SendTo,
         Method::Sendmmsg,
