@@ -73,6 +73,8 @@ impl Receiver {
                         break;
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => break,
+                    // An ICMP error queued for an earlier send, as below.
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
                     Err(e) => return Err(e),
                 }
             }
