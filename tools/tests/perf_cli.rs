@@ -450,7 +450,7 @@ fn rounds_report_the_median_round_with_every_ratio() {
 
 #[test]
 fn a_latency_baseline_times_an_empty_poll_beside_raw_udps_empty_receive() {
-    let json = [
+    let args = [
         "send_lat",
         "--loopback",
         "--link",
@@ -460,7 +460,7 @@ fn a_latency_baseline_times_an_empty_poll_beside_raw_udps_empty_receive() {
         "-n",
         "50",
     ];
-    let o = perf(&[&json[..], &["--baseline", "--json"]].concat());
+    let o = perf(&[&args[..], &["--baseline", "--json"]].concat());
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     // Both are costs of real calls: more than nothing, less than a millisecond.
@@ -469,13 +469,13 @@ fn a_latency_baseline_times_an_empty_poll_beside_raw_udps_empty_receive() {
         assert!(ns > 0.0 && ns < 1e6, "{key} {ns}: {out}");
     }
     // The text says both; without --baseline neither is measured.
-    let o = perf(&[&json[..], &["--baseline"]].concat());
+    let o = perf(&[&args[..], &["--baseline"]].concat());
     assert!(
         text(&o).contains("an empty poll of the CQ after the test:"),
         "{}",
         text(&o)
     );
-    let o = perf(&[&json[..], &["--json"]].concat());
+    let o = perf(&[&args[..], &["--json"]].concat());
     assert!(text(&o).contains("\"empty_poll_ns\":null"), "{}", text(&o));
 }
 

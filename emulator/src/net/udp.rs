@@ -16,7 +16,8 @@
 //! and last packets of a message) are one entry of that sendmmsg, a UDP GSO send, and the
 //! socket asks for GRO, so that such a run crosses the kernel as one buffer; receives split
 //! it again (`udp_receive`). A socket that gets single datagrams one at a time (a
-//! ping-pong) turns GRO off meanwhile and receives with recvfrom (`gro_mode`). Loopback only, because the kernel numbers the IPv4 identification of GSO
+//! ping-pong) turns GRO off meanwhile and receives with recvfrom (`gro_mode`). Loopback
+//! only, because the kernel numbers the IPv4 identification of GSO
 //! segments 0, 1, 2 ... while each packet's ICRC covers identification 0: a softverbs
 //! receiver never sees the IP header (it assumes 0 for port-4791 senders), a kernel rxe on
 //! a wire would. Without GSO in the kernel the first refused send turns it off and sendmmsg

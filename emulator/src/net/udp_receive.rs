@@ -17,6 +17,14 @@ const GRO_SLOT_BYTES: usize = 65_536;
 /// Receive slots when GRO is on (each 64 KiB).
 const GRO_SLOTS: usize = 16;
 
+/// What the receive loop does after a receive call's error.
+enum Flow {
+    /// Stop receiving for now.
+    Stop,
+    /// Make the next receive call.
+    Next,
+}
+
 /// A UDP socket's receive state.
 pub(super) struct Receiver {
     slots: RecvSlots,
@@ -68,14 +76,10 @@ impl Receiver {
                         continue;
                     }
                     Ok(false) => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        self.gro.found_nothing(Instant::now);
-                        break;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => break,
-                    // An ICMP error queued for an earlier send, as below.
-                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
-                    Err(e) => return Err(e),
+                    Err(e) => match self.after_error(e)? {
+                        Flow::Stop => break,
+                        Flow::Next => continue,
+                    },
                 }
             }
             let got = if way == ReceiveWay::Plain {
@@ -85,14 +89,10 @@ impl Receiver {
             };
             let n = match got {
                 Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.gro.found_nothing(Instant::now);
-                    break;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => break,
-                // An ICMP error queued for an earlier send: not a receive failure.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
-                Err(e) => return Err(e),
+                Err(e) => match self.after_error(e)? {
+                    Flow::Stop => break,
+                    Flow::Next => continue,
+                },
             };
             let (datagrams, runs) = self.hand_over(n, local, sink);
             if let Some(switch) = self.gro.received(want, datagrams, runs) {
@@ -104,6 +104,21 @@ impl Receiver {
             }
         }
         Ok(total)
+    }
+
+    /// What a receive's error means for the receive loop: the queue found empty (noted for
+    /// the GRO mode) or an interrupted call stop it; an ICMP error queued for an earlier
+    /// send is not a receive failure, and the loop goes on; anything else fails it.
+    fn after_error(&mut self, e: io::Error) -> io::Result<Flow> {
+        match e.kind() {
+            io::ErrorKind::WouldBlock => {
+                self.gro.found_nothing(Instant::now);
+                Ok(Flow::Stop)
+            }
+            io::ErrorKind::Interrupted => Ok(Flow::Stop),
+            io::ErrorKind::ConnectionRefused => Ok(Flow::Next),
+            _ => Err(e),
+        }
     }
 
     /// Hands the datagrams of the first `n` slots to `sink`, each datagram of a GRO run
