@@ -232,10 +232,17 @@ pub fn send_runs<D: Datagram>(
             0 as libc::c_int,
         )
     };
+    syscall_result(rc)
+}
+
+/// The count a raw system call returned, or its error: `rc` is negative exactly when the
+/// call failed and set errno.
+fn syscall_result(rc: libc::c_long) -> io::Result<usize> {
     if rc < 0 {
-        return Err(io::Error::last_os_error());
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc as usize)
     }
-    Ok(rc as usize)
 }
 
 /// Waits up to `timeout` until `socket` has something to receive, without receiving it;
@@ -383,10 +390,8 @@ pub fn recv_one_plain(
             &mut addr_len as *mut libc::socklen_t,
         )
     };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    slots.lens[0] = (rc as usize).min(slots.slot_bytes);
+    let len = syscall_result(rc)?;
+    slots.lens[0] = len.min(slots.slot_bytes);
     slots.addr_lens[0] = addr_len;
     slots.segs[0] = 0;
     Ok(1)
@@ -407,10 +412,7 @@ pub fn discard_one(socket: &impl AsRawFd) -> io::Result<()> {
             std::ptr::null_mut::<libc::socklen_t>(),
         )
     };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    syscall_result(rc).map(drop)
 }
 
 fn recv_batch_flags(
@@ -457,11 +459,9 @@ fn recv_batch_flags(
                 flags,
             )
         };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let len = syscall_result(rc)?;
         // SAFETY: header 0 was initialised above.
-        unsafe { (*msgs[0].as_mut_ptr()).msg_len = rc as libc::c_uint };
+        unsafe { (*msgs[0].as_mut_ptr()).msg_len = len as libc::c_uint };
         1
     } else {
         // SAFETY: the first n headers were written above and point at live iovecs over
@@ -478,10 +478,7 @@ fn recv_batch_flags(
                 std::ptr::null_mut::<libc::timespec>(),
             )
         };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        rc as usize
+        syscall_result(rc)?
     };
     // SAFETY: the kernel filled (at most) the first n headers, which were initialised.
     let msgs = unsafe { std::slice::from_raw_parts(msgs.as_ptr().cast::<libc::mmsghdr>(), n) };
