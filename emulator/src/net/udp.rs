@@ -69,8 +69,9 @@ impl UdpLink {
         UdpLink::bind_with(ip, port, true)
     }
 
-    /// The socket, for what only port sharing does with it (steering programs, probes).
-    pub(crate) fn socket(&self) -> &UdpSocket {
+    /// The socket: for what only port sharing does with it (steering programs, probes), and
+    /// for benchmarks that time raw UDP over a device's socket setup.
+    pub fn socket(&self) -> &UdpSocket {
         &self.socket
     }
 
