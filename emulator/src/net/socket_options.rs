@@ -58,6 +58,15 @@ pub(crate) fn set_int_option(
     }
 }
 
+/// Detaches the `SO_REUSEPORT` group's steering program (`SO_DETACH_REUSEPORT_BPF`, Linux
+/// 5.8): the kernel then picks a member by hash. A group without a program is fine.
+pub fn detach_reuseport_bpf(socket: &impl AsRawFd) -> io::Result<()> {
+    match set_int_option(socket, libc::SOL_SOCKET, libc::SO_DETACH_REUSEPORT_BPF, 0) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        other => other,
+    }
+}
+
 /// Attaches the classic-BPF `program` as the `SO_REUSEPORT` group's steering program
 /// (`SO_ATTACH_REUSEPORT_CBPF`): it replaces the group's program, whichever member attaches
 /// it, and stays after that member closes. Unprivileged.

@@ -90,6 +90,11 @@ impl SharedLink {
         self.member.counters()
     }
 
+    /// Whether the port group runs a steering program (not while this member is alone).
+    pub fn steered(&self) -> bool {
+        self.member.steered()
+    }
+
     /// What to do with a datagram from the UDP socket: `Some` to deliver it here; probes
     /// and other members' datagrams are dealt with and `None` returned.
     fn route<'d>(&self, d: DatagramView<'d>) -> Option<DatagramView<'d>> {
@@ -180,6 +185,10 @@ impl ProbeFace for SharedLink {
 
     fn attach(&self, program: &[BpfInsn]) -> io::Result<()> {
         super::attach_reuseport_cbpf(self.udp.socket(), program)
+    }
+
+    fn detach(&self) -> io::Result<()> {
+        super::detach_reuseport_bpf(self.udp.socket())
     }
 }
 

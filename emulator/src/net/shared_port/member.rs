@@ -60,6 +60,8 @@ pub trait ProbeFace {
     fn take_ready(&self) -> io::Result<()>;
     /// Attaches `program` as the group's steering program.
     fn attach(&self, program: &[BpfInsn]) -> io::Result<()>;
+    /// Detaches the group's steering program, if any.
+    fn detach(&self) -> io::Result<()>;
 }
 
 /// Where a received datagram belongs.
@@ -78,6 +80,8 @@ struct State {
     info: MemberInfo,
     /// The members of the program this member attached last (slot, index).
     steering: Vec<(u8, u32)>,
+    /// The last round attached a program (it detached it when this member was alone).
+    steered: bool,
     last_liveness_check: Instant,
     reprobe_wanted: bool,
 }
@@ -111,6 +115,7 @@ impl Member {
                     qps: 0,
                 },
                 steering: Vec::new(),
+                steered: false,
                 last_liveness_check: Instant::now(),
                 reprobe_wanted: false,
             }),
@@ -161,10 +166,21 @@ impl Member {
     /// from what they answered and attached. A member that does not answer in time gets no
     /// rule of its own (its datagrams reach it through forwarding). Returns the members
     /// that answered (slot, index).
+    ///
+    /// A member alone in the group detaches the program instead: the kernel then hands it
+    /// every datagram without running one, which it otherwise runs for each datagram the
+    /// port receives (0.10 us of each half round trip of a raw loopback ping-pong, `cargo
+    /// run --release -p softverbs-tools --example socket_setup`; 0.06 us of `softverbs perf
+    /// send_lat`'s). So a round of a growing group first puts back the last round's rules
+    /// with the probe rule: without a program the kernel would hash every probe to the same
+    /// socket.
     fn reprobe(&self, held: &MembershipLock, face: &dyn ProbeFace) -> io::Result<Vec<(u8, u32)>> {
         self.counters.probe_rounds.fetch_add(1, Ordering::Relaxed);
-        let generation = self.registry.next_generation(held)?;
         let members = self.registry.members()?;
+        if members.len() > 1 {
+            face.attach(&steering_program(face, &last_round(&members))?)?;
+        }
+        let generation = self.registry.next_generation(held)?;
         let probed = members.len().min(usize::from(u8::MAX));
         for index in 0..probed as u8 {
             face.send_probe(Probe {
@@ -186,21 +202,28 @@ impl Member {
                 })
                 .collect();
             if answered.len() == members.len() || started.elapsed() > PROBE_WAIT {
-                break answered;
+                break (answered, members.len());
             }
             std::thread::sleep(Duration::from_millis(1));
         };
-        let program = steering::program(face.framing(), &answered).ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                "no steering program for members",
-            )
-        })?;
-        face.attach(&program)?;
+        let (answered, live) = answered;
+        let alone = live == 1 && matches!(answered[..], [(slot, _)] if slot == self.slot());
+        // A kernel without SO_DETACH_REUSEPORT_BPF (before 5.8) keeps a program.
+        let steered = !(alone && face.detach().is_ok());
+        if steered {
+            face.attach(&steering_program(face, &answered)?)?;
+        }
         let mut state = self.state.lock();
         state.steering = answered.clone();
+        state.steered = steered;
         state.reprobe_wanted = false;
         Ok(answered)
+    }
+
+    /// Whether the group's steering program is attached (false while this member is alone
+    /// in the group, see [`Member::reprobe`]).
+    pub fn steered(&self) -> bool {
+        self.state.lock().steered
     }
 
     /// Takes in a probe steered to this member: publishes the index it names.
@@ -365,4 +388,29 @@ impl Member {
         }
         Ok(None)
     }
+}
+
+/// The steering program for `members` (slot, index) on `face`'s framing.
+fn steering_program(face: &dyn ProbeFace, members: &[(u8, u32)]) -> io::Result<Vec<BpfInsn>> {
+    steering::program(face.framing(), members).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "no steering program for members",
+        )
+    })
+}
+
+/// The members (slot, index) the last probe round found among `members`: those whose
+/// published index came from the newest round any of them answered.
+fn last_round(members: &[(u8, Option<MemberInfo>)]) -> Vec<(u8, u32)> {
+    let found = || {
+        members
+            .iter()
+            .filter_map(|&(slot, info)| info.and_then(|i| Some((slot, i.index?, i.generation))))
+    };
+    let newest = found().map(|(_, _, generation)| generation).max();
+    found()
+        .filter(|&(_, _, generation)| Some(generation) == newest)
+        .map(|(slot, index, _)| (slot, index))
+        .collect()
 }

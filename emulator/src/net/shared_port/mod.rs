@@ -20,7 +20,7 @@ pub mod registry;
 pub mod steering;
 pub mod unclaimed;
 
-pub use super::socket_options::attach_reuseport_cbpf;
+pub use super::socket_options::{attach_reuseport_cbpf, detach_reuseport_bpf};
 #[cfg(test)]
 mod qemu_tests;
 #[cfg(test)]

@@ -277,6 +277,10 @@ impl ProbeFace for SharedQemuLink {
     fn attach(&self, program: &[BpfInsn]) -> io::Result<()> {
         super::attach_reuseport_cbpf(&self.socket, program)
     }
+
+    fn detach(&self) -> io::Result<()> {
+        super::detach_reuseport_bpf(&self.socket)
+    }
 }
 
 impl Link for SharedQemuLink {

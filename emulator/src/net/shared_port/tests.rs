@@ -200,6 +200,50 @@ mod shared_links {
 
     use super::{scratch_registry, Registry};
 
+    /// Waits up to 5 s for `done`.
+    fn eventually(what: &str, done: impl Fn() -> bool) {
+        let started = Instant::now();
+        while !done() {
+            assert!(started.elapsed() < Duration::from_secs(5), "{what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn a_lone_member_runs_no_program_and_a_second_one_is_steered_to_from_its_first_round() {
+        let ip = IpAddr::V4(Ipv4Addr::new(127, 29, 2, 5));
+        let port = free_port(ip);
+        let reg = scratch_registry("lone");
+        let tx = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
+        let to = SocketAddr::new(ip, port);
+        let send = |qpn: u32| {
+            tx.send_to(&bth(qpn), to).unwrap();
+        };
+        let a = Member::join(&reg, ip, port);
+        assert!(!a.link.steered(), "alone: no program");
+        send(1 << 16 | 2);
+        assert_eq!(a.next(), Some(1 << 16 | 2));
+
+        // The second member's own round must find both indices: without the program put
+        // back first, the kernel hashes both probes to one socket.
+        let b = Member::join(&reg, ip, port);
+        assert!(b.link.steered(), "two members: steered");
+        for n in 3..9u32 {
+            for (m, slot) in [(&a, 1u32), (&b, 2)] {
+                send(slot << 16 | n);
+                assert_eq!(m.next(), Some(slot << 16 | n), "slot {slot}");
+            }
+        }
+        let forwarded = |m: &Member| m.link.counters().forwarded_out.load(Ordering::Relaxed);
+        assert_eq!(forwarded(&a) + forwarded(&b), 0, "steered, not forwarded");
+
+        // Alone again once B is gone: A notices, re-probes and drops the program.
+        drop(b);
+        eventually("A never dropped the program", || !a.link.steered());
+        send(1 << 16 | 9);
+        assert_eq!(a.next(), Some(1 << 16 | 9));
+    }
+
     #[test]
     fn each_members_datagrams_reach_it_directly_and_after_a_departure_again() {
         let ip = IpAddr::V4(Ipv4Addr::new(127, 29, 2, 1));
