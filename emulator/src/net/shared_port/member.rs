@@ -414,3 +414,32 @@ fn last_round(members: &[(u8, Option<MemberInfo>)]) -> Vec<(u8, u32)> {
         .map(|(slot, index, _)| (slot, index))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(index: Option<u32>, generation: u64) -> Option<MemberInfo> {
+        Some(MemberInfo {
+            pid: 1,
+            index,
+            generation,
+            qps: 0,
+        })
+    }
+
+    #[test]
+    fn the_last_round_is_the_indices_of_the_newest_generation_any_member_answered() {
+        let members = [
+            (1, info(Some(0), 7)),
+            // Answered an older round only: its index may be stale.
+            (2, info(Some(1), 6)),
+            (3, info(Some(1), 7)),
+            // Joined, not probed yet; and one whose slot file was unreadable.
+            (4, info(None, 0)),
+            (5, None),
+        ];
+        assert_eq!(last_round(&members), [(1, 0), (3, 1)]);
+        assert_eq!(last_round(&members[3..]), []);
+    }
+}
