@@ -11,7 +11,7 @@
 //! Loopback only, on ports the OS chooses.
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -82,12 +82,12 @@ impl Pair {
     }
 }
 
-/// Busy-polls `sock` until a datagram arrives; its sender.
-fn receive(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<SocketAddr> {
+/// Busy-polls `sock` until a datagram arrives.
+fn receive(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<()> {
     let started = Instant::now();
     loop {
         match sock.recv_from(buf) {
-            Ok((_, from)) => return Ok(from),
+            Ok(_) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if started.elapsed() > LIMIT {
                     return Err(io::ErrorKind::TimedOut.into());
@@ -113,7 +113,7 @@ fn ping_pong(pair: &Pair) -> io::Result<f64> {
             let mut buf = [0u8; 64];
             while !echo_stop.load(Ordering::Relaxed) {
                 match receive(b, &mut buf) {
-                    Ok(_) => {
+                    Ok(()) => {
                         b.send_to(&DATAGRAM, a_addr)?;
                     }
                     Err(e) if e.kind() == io::ErrorKind::TimedOut => {}
