@@ -249,34 +249,7 @@ impl VerbsContext for EmuContext {
         let dev = self.dev();
         // A forked child polling would take its parent's datagrams off the shared socket.
         dev.check_opened_here()?;
-        let n = dev.poll_cq_now(cq, out)?;
-        if n > 0 {
-            super::poll_yield::poll_found_work();
-            return Ok(n);
-        }
-        // ACKs deferred by this thread's receives leave with its next post, or once it
-        // waits (see `DeferredAcks`): a poll that finds completions keeps them, so that an
-        // application that polls one CQ, then another that has its answer, then posts
-        // (perftest's latency loops poll the send CQ, then the receive CQ) sends its ACK
-        // with the post, not in a send call of its own. So does an empty poll whose receive
-        // below finds work, once.
-        if out.is_empty() || dev.deferred_acks.carry_through_empty_poll() {
-            dev.flush_deferred_acks();
-        }
-        if out.is_empty() {
-            return Ok(0);
-        }
-        // An empty CQ: receive what is waiting on the link in this thread rather than wait
-        // for the engine thread to be scheduled (it wakes too, and finds the work done);
-        // with nothing there either, the thread waits: its ACKs leave, and a thread queued
-        // on this CPU may run.
-        if super::engine_thread::receive_if_free(dev) > 0 {
-            super::poll_yield::poll_found_work();
-            return dev.poll_cq_now(cq, out);
-        }
-        dev.flush_deferred_acks();
-        super::poll_yield::after_empty_poll(dev);
-        Ok(0)
+        super::app_poll::poll_cq(dev, cq, out)
     }
 
     fn create_qp(&self, pd: u32, init: &QpInitAttr) -> VerbsResult<(u32, QpCap)> {
@@ -332,6 +305,7 @@ impl VerbsContext for EmuContext {
     fn modify_qp(&self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> VerbsResult<()> {
         let dev = self.dev();
         dev.check_opened_here()?;
+        dev.flush_acks_before_state_change();
         let entry = dev.qp_entry(qpn)?;
         let limits = ModifyLimits {
             max_qp_rd_atom: dev.config.limits.max_rd_atomic,
@@ -368,6 +342,7 @@ impl VerbsContext for EmuContext {
     fn destroy_qp(&self, qpn: u32) -> VerbsResult<()> {
         let dev = self.dev();
         dev.check_detached(qpn)?;
+        dev.flush_acks_before_state_change();
         let entry = {
             let mut qps = dev.qps.write();
             let entry = qps

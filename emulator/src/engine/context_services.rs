@@ -42,7 +42,10 @@ impl EmuContext {
     pub fn send_gsi_packet(&self, path: &PathInfo, repr: &RoceRepr<'_>) -> VerbsResult<()> {
         let packet = OutPacket::build(path, repr)
             .ok_or_else(|| VerbsError::inval("QP1 packet inconsistent with its opcode"))?;
-        self.dev().send_packets(&mut vec![packet]);
+        let dev = self.dev();
+        // In a send call of their own, ahead: a deferred ACK would go behind this packet.
+        dev.flush_acks_before_state_change();
+        dev.send_packets(&mut vec![packet]);
         Ok(())
     }
 

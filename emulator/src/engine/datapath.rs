@@ -89,6 +89,15 @@ impl Device {
         }
     }
 
+    /// Before a QP changes state or goes (a disconnect moves it to the error state) and
+    /// before a CM message leaves: sends the ACKs application threads deferred (see
+    /// `DeferredAcks`), so that none is overtaken by what follows. A peer's last SEND before
+    /// a disconnect would otherwise still wait for its ACK when the DREQ reaches it, and
+    /// complete with a flush error (kernel rxe ACKs as the packet arrives).
+    pub(crate) fn flush_acks_before_state_change(&self) {
+        self.flush_deferred_acks();
+    }
+
     /// Sends the ACKs that QPs owe for requests that asked for none (see `LazyAcks`), all
     /// in one send call. For the engine thread, when the traffic pauses.
     pub(crate) fn flush_lazy_acks(&self) {

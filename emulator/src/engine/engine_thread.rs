@@ -142,6 +142,9 @@ pub(crate) fn run(dev: &Arc<Device>) {
             next_deadline_ns = fire_timers(dev);
         }
     }
+    // The device closes: the ACKs its peers are owed leave first.
+    dev.flush_deferred_acks();
+    dev.flush_lazy_acks();
 }
 
 /// The lengths of the engine's successive naps while an application keeps polling: from

@@ -10,7 +10,8 @@
 //! transport call on a QP and the delivery of what it produced, with the ACK hold of
 //! `ack_hold`); `engine_thread` (the thread that receives and fires timers, and the
 //! `DeviceRuntime` that owns it) with `poll_yield` (what a polling application thread does
-//! with its CPU between empty polls); `context` (the [`softverbs_api::VerbsContext`] impl over
+//! with its CPU between empty polls) and `app_poll` (an application's poll of a CQ, which
+//! receives for the device when the CQ is empty); `context` (the [`softverbs_api::VerbsContext`] impl over
 //! them). `device_list` and `registry` find and open devices (a UDP device as one member
 //! of the processes sharing its port, see docs/shared-devices.md), `fork_guard` keeps a
 //! forked child off the devices it inherited; `event_queue` is the one
@@ -18,6 +19,7 @@
 //! (`async_events`).
 
 mod ack_hold;
+mod app_poll;
 mod app_wait;
 pub mod async_events;
 pub mod clock;

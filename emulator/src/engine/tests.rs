@@ -287,3 +287,73 @@ fn a_packet_looked_up_before_destroy_qp_does_nothing_after_it() {
     assert_eq!(dev.on_qp(&entry, None, |_, _, _| ()), None);
     assert_eq!(dev.counters.destroyed_qp_calls.load(Ordering::Relaxed), 2);
 }
+
+/// ACKs an application thread deferred (to send them with its next post) leave before its
+/// QP changes state, before the QP goes, and ahead of a CM message: a peer whose last SEND
+/// before a disconnect still waited for its ACK when the DREQ came would complete it with a
+/// flush error.
+#[test]
+fn deferred_acks_leave_before_a_state_change_a_destroy_and_a_cm_message() {
+    use softverbs_api::{QpAttr, QpAttrMask, QpInitAttr, QpState, QpType, VerbsContext};
+    let (ctx, peer) = device_and_peer();
+    let pd = ctx.alloc_pd().unwrap();
+    let (cq, _) = ctx.create_cq(8, None).unwrap();
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        cap: softverbs_testkit::qp_cap(4, 1),
+        sq_sig_all: false,
+    };
+    let (qpn, _) = ctx.create_qp(pd, &init).unwrap();
+    let dev = ctx.dev();
+    let path = PathInfo {
+        dst_ip: PEER_IP,
+        udp_dst_port: 4791,
+        udp_src_port: 0xc002,
+    };
+    let defer_ack = |psn: u32| {
+        let mut repr = RoceRepr::new(
+            BthRepr::new(Opcode::RC_ACKNOWLEDGE, 0x11, Psn::new(psn)),
+            &[],
+        );
+        repr.aeth = Some(crate::wire::AethRepr::ack(psn));
+        dev.deferred_acks
+            .defer(vec![OutPacket::build(&path, &repr).unwrap()]);
+    };
+    // The peer's next datagram, at once: what left before the call returned.
+    let next_psn = || {
+        let d = peer.recv(Duration::ZERO).unwrap().expect("a datagram");
+        (
+            d.payload[0],
+            u32::from_be_bytes([0, d.payload[9], d.payload[10], d.payload[11]]),
+        )
+    };
+
+    defer_ack(5);
+    let init_attr = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        ..QpAttr::default()
+    };
+    let mask =
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
+    ctx.modify_qp(qpn, &init_attr, mask).unwrap();
+    assert_eq!(next_psn(), (0x11, 5), "sent by modify_qp");
+
+    defer_ack(6);
+    let mut mad = RoceRepr::new(BthRepr::new(Opcode::UD_SEND_ONLY, 1, Psn::new(9)), b"cm");
+    mad.deth = Some(DethRepr {
+        qkey: 0x8001_0000,
+        src_qp: 1,
+    });
+    ctx.send_gsi_packet(&path, &mad).unwrap();
+    assert_eq!(next_psn(), (0x11, 6), "the ACK ahead of the CM message");
+    assert_eq!(next_psn().0, Opcode::UD_SEND_ONLY.0);
+
+    defer_ack(7);
+    ctx.destroy_qp(qpn).unwrap();
+    assert_eq!(next_psn(), (0x11, 7), "sent by destroy_qp");
+    assert!(!dev.deferred_acks.pending());
+}

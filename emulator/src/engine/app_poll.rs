@@ -1,0 +1,37 @@
+//! An application thread's poll of a CQ: when the CQ is empty it receives for the device
+//! in this thread, and it decides when the ACKs its receives deferred leave.
+
+use softverbs_api::{VerbsResult, WorkCompletion};
+
+use super::device::Device;
+
+/// `poll_cq` of CQ `cq` of `dev` by an application thread.
+pub(crate) fn poll_cq(dev: &Device, cq: u32, out: &mut [WorkCompletion]) -> VerbsResult<usize> {
+    let n = dev.poll_cq_now(cq, out)?;
+    if n > 0 {
+        super::poll_yield::poll_found_work();
+        return Ok(n);
+    }
+    // ACKs deferred by this thread's receives leave with its next post, or once it waits
+    // (see `DeferredAcks`): a poll that finds completions keeps them, so that an application
+    // that polls one CQ, then another that has its answer, then posts (perftest's latency
+    // loops poll the send CQ, then the receive CQ) sends its ACK with the post, not in a
+    // send call of its own. So does an empty poll whose receive below finds work, once.
+    if out.is_empty() || dev.deferred_acks.carry_through_empty_poll() {
+        dev.flush_deferred_acks();
+    }
+    if out.is_empty() {
+        return Ok(0);
+    }
+    // An empty CQ: receive what is waiting on the link in this thread rather than wait for
+    // the engine thread to be scheduled (it wakes too, and finds the work done); with
+    // nothing there either, the thread waits: its ACKs leave, and a thread queued on this
+    // CPU may run.
+    if super::engine_thread::receive_if_free(dev) > 0 {
+        super::poll_yield::poll_found_work();
+        return dev.poll_cq_now(cq, out);
+    }
+    dev.flush_deferred_acks();
+    super::poll_yield::after_empty_poll(dev);
+    Ok(0)
+}
