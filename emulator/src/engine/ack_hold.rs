@@ -88,6 +88,11 @@ pub(crate) fn begin() {
     HELD.with(|h| *h.borrow_mut() = Some(Batch::default()));
 }
 
+/// Whether this thread is inside a receive batch (holding its ACKs).
+pub(crate) fn holding() -> bool {
+    HELD.with(|h| h.borrow().is_some())
+}
+
 /// Stops holding and returns what is held (the end of a receive batch): send it.
 pub(crate) fn end() -> Vec<OutPacket> {
     HELD.with(|h| h.borrow_mut().take())

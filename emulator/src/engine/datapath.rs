@@ -91,25 +91,35 @@ impl Device {
 
     /// Before a QP changes state or goes (a disconnect moves it to the error state) and
     /// before a CM message leaves: sends the ACKs application threads deferred (see
-    /// `DeferredAcks`), so that none is overtaken by what follows. A peer's last SEND before
-    /// a disconnect would otherwise still wait for its ACK when the DREQ reaches it, and
-    /// complete with a flush error (kernel rxe ACKs as the packet arrives).
+    /// `DeferredAcks`) and those nobody asked for (`LazyAcks`), so that none is overtaken by
+    /// what follows. A peer's last SENDs before a disconnect would otherwise still wait for
+    /// their ACK when the DREQ reaches it, and complete with a flush error (kernel rxe ACKs
+    /// as the packet arrives).
     pub(crate) fn flush_acks_before_state_change(&self) {
         self.flush_deferred_acks();
+        self.flush_lazy_acks();
     }
 
     /// Sends the ACKs that QPs owe for requests that asked for none (see `LazyAcks`), all
-    /// in one send call. For the engine thread, when the traffic pauses.
+    /// in one send call: for the engine thread when the traffic pauses, and before a state
+    /// change. Inside a receive batch (the connection manager answering a request) they
+    /// join the batch's held ACKs instead.
     pub(crate) fn flush_lazy_acks(&self) {
         if !self.lazy_acks.pending() {
             return;
         }
-        super::ack_hold::begin();
+        let in_batch = super::ack_hold::holding();
+        if !in_batch {
+            super::ack_hold::begin();
+        }
         for qpn in self.lazy_acks.take() {
             let entry = self.qps.read().get(&qpn).cloned();
             if let Some(entry) = entry {
                 self.on_qp(&entry, None, |qp, _env, out| qp.send_lazy_ack(out));
             }
+        }
+        if in_batch {
+            return;
         }
         let mut acks = super::ack_hold::end();
         if self.port_active() {

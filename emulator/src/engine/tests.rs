@@ -357,3 +357,74 @@ fn deferred_acks_leave_before_a_state_change_a_destroy_and_a_cm_message() {
     assert_eq!(next_psn(), (0x11, 7), "sent by destroy_qp");
     assert!(!dev.deferred_acks.pending());
 }
+
+/// An ACK nobody asked for (a requester that coalesces ACKs leaves its unsignaled SENDs
+/// without a request) is owed by the responder until the traffic pauses; while an
+/// application polls, the engine thread that sends it naps. A state change (a disconnect's
+/// move to the error state) must send it first, as kernel rxe would have sent it already.
+#[test]
+fn an_owed_ack_nobody_asked_for_leaves_before_a_state_change() {
+    use softverbs_api::{AccessFlags, Gid, QpAttr, QpAttrMask, QpInitAttr, QpState, QpType};
+    use softverbs_api::{VerbsContext, WorkCompletion};
+    use softverbs_testkit::{ah_to, RcMoves};
+    let (ctx, peer) = device_and_peer();
+    let pd = ctx.alloc_pd().unwrap();
+    let (cq, _) = ctx.create_cq(8, None).unwrap();
+    let buf = crate::memory::RdmaBuffer::new(64).unwrap();
+    let keys = ctx
+        .reg_mr(pd, buf.addr(), 64, AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        cap: softverbs_testkit::qp_cap(4, 1),
+        sq_sig_all: false,
+    };
+    let (qpn, _) = ctx.create_qp(pd, &init).unwrap();
+    let moves = RcMoves {
+        dest_qp_num: 0x77,
+        ah_attr: ah_to(Gid::from_ip(PEER_IP)),
+        ..RcMoves::default()
+    };
+    for (attr, mask) in moves.all() {
+        ctx.modify_qp(qpn, &attr, mask).unwrap();
+    }
+    let recv = softverbs_testkit::recv_one(1, buf.addr(), 64, keys.lkey);
+    ctx.post_recv(qpn, &[recv]).unwrap();
+    let mut wc = [WorkCompletion::default()];
+    // Polling for a while: the engine thread leaves the link to this thread and naps.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(20) {
+        assert_eq!(ctx.poll_cq(cq, &mut wc).unwrap(), 0);
+    }
+    // A SEND ONLY without an ACK request, as an unsignaled SEND of a coalescing requester.
+    let path = PathInfo {
+        dst_ip: DEVICE_IP,
+        udp_dst_port: 4791,
+        udp_src_port: 0xc003,
+    };
+    let repr = RoceRepr::new(
+        BthRepr::new(Opcode::RC_SEND_ONLY, qpn, Psn::new(0)),
+        b"last",
+    );
+    peer.send(&mut OutPacket::build(&path, &repr).unwrap())
+        .unwrap();
+    wait_until("the SEND received", || {
+        ctx.poll_cq(cq, &mut wc).unwrap() == 1
+    });
+    assert_eq!(wc[0].byte_len, 4);
+    let error = QpAttr {
+        qp_state: QpState::Err,
+        ..QpAttr::default()
+    };
+    ctx.modify_qp(qpn, &error, QpAttrMask::STATE).unwrap();
+    let dev = ctx.dev();
+    assert!(!dev.lazy_acks.pending(), "owed after modify_qp returned");
+    // Sent by modify_qp, or (had the engine thread received the SEND) by the engine.
+    let d = peer.recv(Duration::from_secs(5)).unwrap().expect("the ACK");
+    assert_eq!(d.payload[0], Opcode::RC_ACKNOWLEDGE.0);
+    assert_eq!(&d.payload[5..8], &[0, 0, 0x77], "to the peer's QP");
+    assert_eq!(&d.payload[9..12], &[0, 0, 0], "acknowledging PSN 0");
+}
