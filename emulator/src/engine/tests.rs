@@ -288,14 +288,9 @@ fn a_packet_looked_up_before_destroy_qp_does_nothing_after_it() {
     assert_eq!(dev.counters.destroyed_qp_calls.load(Ordering::Relaxed), 2);
 }
 
-/// ACKs an application thread deferred (to send them with its next post) leave before its
-/// QP changes state, before the QP goes, and ahead of a CM message: a peer whose last SEND
-/// before a disconnect still waited for its ACK when the DREQ came would complete it with a
-/// flush error.
-#[test]
-fn deferred_acks_leave_before_a_state_change_a_destroy_and_a_cm_message() {
-    use softverbs_api::{QpAttr, QpAttrMask, QpInitAttr, QpState, QpType, VerbsContext};
-    let (ctx, peer) = device_and_peer();
+/// A PD, a CQ of 8 and an RC QP in RESET on it, of `ctx`: (PD, CQ, QP number).
+fn rc_qp(ctx: &EmuContext) -> (u32, u32, u32) {
+    use softverbs_api::{QpInitAttr, QpType, VerbsContext};
     let pd = ctx.alloc_pd().unwrap();
     let (cq, _) = ctx.create_cq(8, None).unwrap();
     let init = QpInitAttr {
@@ -307,6 +302,18 @@ fn deferred_acks_leave_before_a_state_change_a_destroy_and_a_cm_message() {
         sq_sig_all: false,
     };
     let (qpn, _) = ctx.create_qp(pd, &init).unwrap();
+    (pd, cq, qpn)
+}
+
+/// ACKs an application thread deferred (to send them with its next post) leave before its
+/// QP changes state, before the QP goes, and ahead of a CM message: a peer whose last SEND
+/// before a disconnect still waited for its ACK when the DREQ came would complete it with a
+/// flush error.
+#[test]
+fn deferred_acks_leave_before_a_state_change_a_destroy_and_a_cm_message() {
+    use softverbs_api::{QpAttr, QpAttrMask, QpState, VerbsContext};
+    let (ctx, peer) = device_and_peer();
+    let (_, _, qpn) = rc_qp(&ctx);
     let dev = ctx.dev();
     let path = PathInfo {
         dst_ip: PEER_IP,
@@ -364,25 +371,15 @@ fn deferred_acks_leave_before_a_state_change_a_destroy_and_a_cm_message() {
 /// move to the error state) must send it first, as kernel rxe would have sent it already.
 #[test]
 fn an_owed_ack_nobody_asked_for_leaves_before_a_state_change() {
-    use softverbs_api::{AccessFlags, Gid, QpAttr, QpAttrMask, QpInitAttr, QpState, QpType};
+    use softverbs_api::{AccessFlags, Gid, QpAttr, QpAttrMask, QpState};
     use softverbs_api::{VerbsContext, WorkCompletion};
     use softverbs_testkit::{ah_to, RcMoves};
     let (ctx, peer) = device_and_peer();
-    let pd = ctx.alloc_pd().unwrap();
-    let (cq, _) = ctx.create_cq(8, None).unwrap();
+    let (pd, cq, qpn) = rc_qp(&ctx);
     let buf = crate::memory::RdmaBuffer::new(64).unwrap();
     let keys = ctx
         .reg_mr(pd, buf.addr(), 64, AccessFlags::LOCAL_WRITE)
         .unwrap();
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
-        cap: softverbs_testkit::qp_cap(4, 1),
-        sq_sig_all: false,
-    };
-    let (qpn, _) = ctx.create_qp(pd, &init).unwrap();
     let moves = RcMoves {
         dest_qp_num: 0x77,
         ah_attr: ah_to(Gid::from_ip(PEER_IP)),
