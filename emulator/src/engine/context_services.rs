@@ -43,7 +43,8 @@ impl EmuContext {
         let packet = OutPacket::build(path, repr)
             .ok_or_else(|| VerbsError::inval("QP1 packet inconsistent with its opcode"))?;
         let dev = self.dev();
-        // In a send call of their own, ahead: a deferred ACK would go behind this packet.
+        // What the device owes its peers leaves first, in a send call of its own (a deferred
+        // ACK taken into this call would go behind the CM message).
         dev.flush_acks_before_state_change();
         dev.send_packets(&mut vec![packet]);
         Ok(())
