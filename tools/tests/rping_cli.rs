@@ -6,6 +6,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_softverbs");
@@ -27,8 +28,9 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// A server started with `args`, returned once it says it listens.
-fn server(devices: &str, args: &[&str]) -> Child {
+/// A server started with `args`, returned once it says it listens, with the thread that
+/// drains its stderr from then on: joined, it gives what the server wrote there.
+fn server(devices: &str, args: &[&str]) -> (Child, JoinHandle<String>) {
     let mut child = Command::new(BIN)
         .env("SOFTVERBS_DEVICES", devices)
         .arg("rping")
@@ -51,9 +53,14 @@ fn server(devices: &str, args: &[&str]) -> Child {
             "server never listened"
         );
     }
-    // Keep draining its stderr so that it never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
-    child
+    // Keep draining its stderr so that it never blocks on a full pipe, and keep it for the
+    // failure messages.
+    let stderr = std::thread::spawn(move || {
+        lines
+            .map_while(Result::ok)
+            .fold(String::new(), |all, line| all + &line + "\n")
+    });
+    (child, stderr)
 }
 
 fn client(devices: &str, pcap: &Path, args: &[&str]) -> Output {
@@ -96,7 +103,7 @@ fn rping_between_two_processes_checks_every_iteration_and_its_capture_decodes() 
     let server_args: Vec<&str> = "-s -a 127.28.3.1 -p 7180 -C 4 -S 100 -v"
         .split(' ')
         .collect();
-    let srv = server(devices, &server_args);
+    let (srv, srv_stderr) = server(devices, &server_args);
     let pcap = temp_file("rping.pcap");
     let args: Vec<&str> = "-c -a 127.28.3.1 -I 127.28.3.2 -p 7180 -C 4 -S 100 -v"
         .split(' ')
@@ -108,8 +115,9 @@ fn rping_between_two_processes_checks_every_iteration_and_its_capture_decodes() 
         let _ = srv.kill();
     }
     let srv = srv.wait_with_output().unwrap();
+    let srv_stderr = srv_stderr.join().unwrap_or_default();
     assert!(out.status.success(), "client: {}", text(&out));
-    assert!(srv.status.success(), "server: {}", text(&srv));
+    assert!(srv.status.success(), "server: {}{srv_stderr}", text(&srv));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let pings: Vec<&str> = stdout
         .lines()
@@ -159,7 +167,7 @@ fn rping_between_two_processes_checks_every_iteration_and_its_capture_decodes() 
 fn rping_to_a_port_nobody_listens_on_is_rejected_with_reason_8() {
     let devices = "rpc=127.28.4.1,rpd=127.28.4.2";
     // The server's device answers; it listens on another port.
-    let mut srv = server(
+    let (mut srv, _) = server(
         devices,
         &["-s", "-a", "127.28.4.1", "-p", "7182", "-C", "1"],
     );
