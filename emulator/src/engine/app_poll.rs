@@ -17,11 +17,12 @@ pub(crate) fn poll_cq(dev: &Device, cq: u32, out: &mut [WorkCompletion]) -> Verb
     // that polls one CQ, then another that has its answer, then posts (perftest's latency
     // loops poll the send CQ, then the receive CQ) sends its ACK with the post, not in a
     // send call of its own. So does an empty poll whose receive below finds work, once.
-    if out.is_empty() || dev.deferred_acks.carry_through_empty_poll() {
-        dev.flush_deferred_acks();
-    }
     if out.is_empty() {
+        dev.flush_deferred_acks();
         return Ok(0);
+    }
+    if dev.deferred_acks.carry_through_empty_poll() {
+        dev.flush_deferred_acks();
     }
     // An empty CQ: receive what is waiting on the link in this thread rather than wait for
     // the engine thread to be scheduled (it wakes too, and finds the work done); with

@@ -305,7 +305,7 @@ impl VerbsContext for EmuContext {
     fn modify_qp(&self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> VerbsResult<()> {
         let dev = self.dev();
         dev.check_opened_here()?;
-        dev.flush_acks_before_state_change();
+        dev.flush_owed_acks();
         let entry = dev.qp_entry(qpn)?;
         let limits = ModifyLimits {
             max_qp_rd_atom: dev.config.limits.max_rd_atomic,
@@ -342,7 +342,7 @@ impl VerbsContext for EmuContext {
     fn destroy_qp(&self, qpn: u32) -> VerbsResult<()> {
         let dev = self.dev();
         dev.check_detached(qpn)?;
-        dev.flush_acks_before_state_change();
+        dev.flush_owed_acks();
         let entry = {
             let mut qps = dev.qps.write();
             let entry = qps

@@ -45,7 +45,7 @@ impl EmuContext {
         let dev = self.dev();
         // What the device owes its peers leaves first, in a send call of its own (a deferred
         // ACK taken into this call would go behind the CM message).
-        dev.flush_acks_before_state_change();
+        dev.flush_owed_acks();
         dev.send_packets(&mut vec![packet]);
         Ok(())
     }

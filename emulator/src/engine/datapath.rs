@@ -89,13 +89,14 @@ impl Device {
         }
     }
 
-    /// Before a QP changes state or goes (a disconnect moves it to the error state) and
-    /// before a CM message leaves: sends the ACKs application threads deferred (see
-    /// `DeferredAcks`) and those nobody asked for (`LazyAcks`), so that none is overtaken by
-    /// what follows. A peer's last SENDs before a disconnect would otherwise still wait for
-    /// their ACK when the DREQ reaches it, and complete with a flush error (kernel rxe ACKs
-    /// as the packet arrives).
-    pub(crate) fn flush_acks_before_state_change(&self) {
+    /// Sends every ACK the device owes: those application threads deferred (see
+    /// `DeferredAcks`) and those nobody asked for (`LazyAcks`). When an engine nap ends
+    /// (the application may have gone quiet), when the device closes, and before a QP
+    /// changes state or goes (a disconnect moves it to the error state) or a CM message
+    /// leaves, so that none is overtaken by what follows: a peer's last SENDs before a
+    /// disconnect would otherwise still wait for their ACK when the DREQ reaches it, and
+    /// complete with a flush error (kernel rxe ACKs as the packet arrives).
+    pub(crate) fn flush_owed_acks(&self) {
         self.flush_deferred_acks();
         self.flush_lazy_acks();
     }

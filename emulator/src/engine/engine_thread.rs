@@ -80,8 +80,7 @@ pub(crate) fn run(dev: &Arc<Device>) {
             dev.engine_napping.store(false, Ordering::SeqCst);
             // ACKs the application deferred and has not sent since (it went quiet), and
             // those nobody asked for.
-            dev.flush_deferred_acks();
-            dev.flush_lazy_acks();
+            dev.flush_owed_acks();
             Ok(0)
         } else if dev.link.pollable() && streaming {
             nap.reset();
@@ -143,8 +142,7 @@ pub(crate) fn run(dev: &Arc<Device>) {
         }
     }
     // The device closes: the ACKs its peers are owed leave first.
-    dev.flush_deferred_acks();
-    dev.flush_lazy_acks();
+    dev.flush_owed_acks();
 }
 
 /// The lengths of the engine's successive naps while an application keeps polling: from

@@ -11,8 +11,8 @@
 //! `ack_hold`); `engine_thread` (the thread that receives and fires timers, and the
 //! `DeviceRuntime` that owns it) with `poll_yield` (what a polling application thread does
 //! with its CPU between empty polls) and `app_poll` (an application's poll of a CQ, which
-//! receives for the device when the CQ is empty); `context` (the [`softverbs_api::VerbsContext`] impl over
-//! them). `device_list` and `registry` find and open devices (a UDP device as one member
+//! receives for the device when the CQ is empty); `context` (the
+//! [`softverbs_api::VerbsContext`] impl over them). `device_list` and `registry` find and open devices (a UDP device as one member
 //! of the processes sharing its port, see docs/shared-devices.md), `fork_guard` keeps a
 //! forked child off the devices it inherited; `event_queue` is the one
 //! fd-backed event queue under completion channels (`comp_channel`) and async events
