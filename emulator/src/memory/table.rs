@@ -457,8 +457,11 @@ impl MrTable {
     ) -> Result<(), MemError> {
         let inner = self.inner.read();
         let need = AccessFlags::empty();
-        // Check every SGE the range touches before copying any (a packet is all or nothing).
-        inner.list_range(pd, sges, offset, out.len(), need, |_, _, _, _| {})?;
+        // Check every SGE the range touches before copying any (a packet is all or nothing);
+        // one SGE is checked as it is copied.
+        if sges.len() > 1 {
+            inner.list_range(pd, sges, offset, out.len(), need, |_, _, _, _| {})?;
+        }
         inner.list_range(pd, sges, offset, out.len(), need, |span, at, _, _| {
             span.copy_to(&mut out[at])
         })
@@ -504,7 +507,10 @@ impl MrTable {
     pub fn scatter(&self, pd: u32, sges: &[Sge], offset: u64, data: &[u8]) -> Result<(), MemError> {
         let inner = self.inner.read();
         let need = AccessFlags::LOCAL_WRITE;
-        inner.list_range(pd, sges, offset, data.len(), need, |_, _, _, _| {})?;
+        // As in gather_at: all checked before any is written, one SGE as it is written.
+        if sges.len() > 1 {
+            inner.list_range(pd, sges, offset, data.len(), need, |_, _, _, _| {})?;
+        }
         inner.list_range(pd, sges, offset, data.len(), need, |span, at, _, _| {
             span.write_from(&data[at])
         })

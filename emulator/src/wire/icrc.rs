@@ -72,61 +72,54 @@ fn len16(n: usize) -> [u8; 2] {
 /// Longest CRC prefix: 8 x 0xff, IPv6 header, UDP header, BTH.
 const MAX_HEAD: usize = 8 + IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN;
 
-/// A fixed-size byte buffer, so computing an ICRC never allocates (it runs per packet).
-struct Head {
-    buf: [u8; MAX_HEAD],
-    len: usize,
+/// The CRC of the 8 all-ones bytes that open every ICRC input: a hash starts from it
+/// rather than hashing them per packet.
+fn crc_of_leading_ones() -> u32 {
+    static CRC: OnceLock<u32> = OnceLock::new();
+    *CRC.get_or_init(|| crc32fast::hash(&[0xff; 8]))
 }
 
-impl Head {
-    fn new() -> Head {
-        Head {
-            buf: [0; MAX_HEAD],
-            len: 0,
-        }
-    }
-
-    fn put(&mut self, bytes: &[u8]) {
-        self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
-        self.len += bytes.len();
-    }
-
-    fn bytes(&self) -> &[u8] {
-        &self.buf[..self.len]
-    }
-}
-
-/// The masked IP + UDP header bytes that precede the RoCE packet in the CRC input.
-fn pseudo_headers(ctx: &IcrcContext, packet_len: usize, out: &mut Head) {
-    let udp_len = UDP_HEADER_LEN + packet_len;
-    out.put(&[0xff; 8]);
-    match ctx.ip {
+/// Writes the 8 all-ones bytes and the masked IP + UDP headers that precede the RoCE
+/// packet in the CRC input at the start of `out`, at fixed offsets (this runs twice per
+/// packet, sender and receiver); returns their length.
+fn pseudo_headers(ctx: &IcrcContext, packet_len: usize, out: &mut [u8; MAX_HEAD]) -> usize {
+    let udp_len = len16(UDP_HEADER_LEN + packet_len);
+    out[..8].fill(0xff);
+    let udp_at = match ctx.ip {
         IpHeaderInfo::V4 {
             src,
             dst,
             identification,
             flags_fragment,
         } => {
-            out.put(&[0x45, 0xff]);
-            out.put(&len16(IPV4_HEADER_LEN + udp_len));
-            out.put(&identification.to_be_bytes());
-            out.put(&flags_fragment.to_be_bytes());
-            out.put(&[0xff, IP_PROTO_UDP, 0xff, 0xff]);
-            out.put(&src.octets());
-            out.put(&dst.octets());
+            // version/IHL, TOS (masked), total length, identification, flags/fragment,
+            // TTL (masked), protocol, checksum (masked), addresses.
+            out[8..10].copy_from_slice(&[0x45, 0xff]);
+            out[10..12].copy_from_slice(&len16(IPV4_HEADER_LEN + UDP_HEADER_LEN + packet_len));
+            out[12..14].copy_from_slice(&identification.to_be_bytes());
+            out[14..16].copy_from_slice(&flags_fragment.to_be_bytes());
+            out[16..20].copy_from_slice(&[0xff, IP_PROTO_UDP, 0xff, 0xff]);
+            out[20..24].copy_from_slice(&src.octets());
+            out[24..28].copy_from_slice(&dst.octets());
+            8 + IPV4_HEADER_LEN
         }
         IpHeaderInfo::V6 { src, dst } => {
-            out.put(&[0x6f, 0xff, 0xff, 0xff]);
-            out.put(&len16(udp_len));
-            out.put(&[IP_PROTO_UDP, 0xff]);
-            out.put(&src.octets());
-            out.put(&dst.octets());
+            // version, traffic class and flow label (masked), payload length, next
+            // header, hop limit (masked), addresses.
+            out[8..12].copy_from_slice(&[0x6f, 0xff, 0xff, 0xff]);
+            out[12..14].copy_from_slice(&udp_len);
+            out[14..16].copy_from_slice(&[IP_PROTO_UDP, 0xff]);
+            out[16..32].copy_from_slice(&src.octets());
+            out[32..48].copy_from_slice(&dst.octets());
+            8 + IPV6_HEADER_LEN
         }
-    }
-    out.put(&ctx.udp_src_port.to_be_bytes());
-    out.put(&ctx.udp_dst_port.to_be_bytes());
-    out.put(&len16(udp_len));
-    out.put(&[0xff, 0xff]);
+    };
+    let udp = &mut out[udp_at..udp_at + UDP_HEADER_LEN];
+    udp[0..2].copy_from_slice(&ctx.udp_src_port.to_be_bytes());
+    udp[2..4].copy_from_slice(&ctx.udp_dst_port.to_be_bytes());
+    udp[4..6].copy_from_slice(&udp_len);
+    udp[6..8].copy_from_slice(&[0xff, 0xff]);
+    udp_at + UDP_HEADER_LEN
 }
 
 /// ICRC of `packet`, the whole UDP payload (BTH..ICRC); its last 4 bytes are not covered.
@@ -139,18 +132,18 @@ pub fn compute_icrc(ctx: &IcrcContext, packet: &[u8]) -> u32 {
 /// packet whose payload is sent from elsewhere (registered memory) and was never copied in.
 /// `at` must not be inside the BTH, and `payload` must fit before the ICRC.
 fn compute_icrc_with(ctx: &IcrcContext, packet: &[u8], at: usize, payload: &[u8]) -> u32 {
-    let mut head = Head::new();
-    pseudo_headers(ctx, packet.len(), &mut head);
+    let mut head = [0u8; MAX_HEAD];
+    let bth_at = pseudo_headers(ctx, packet.len(), &mut head);
     let covered = &packet[..packet.len().saturating_sub(ICRC_LEN)];
     let bth_end = covered.len().min(BTH_LEN);
-    let bth_at = head.len;
-    head.put(&covered[..bth_end]);
+    head[bth_at..bth_at + bth_end].copy_from_slice(&covered[..bth_end]);
     if bth_end > 4 {
         // FECN, BECN and the reserved bits may change in flight.
-        head.buf[bth_at + 4] = 0xff;
+        head[bth_at + 4] = 0xff;
     }
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(head.bytes());
+    // The headers in one update, the leading all-ones bytes already hashed.
+    let mut hasher = crc32fast::Hasher::new_with_initial(crc_of_leading_ones());
+    hasher.update(&head[8..bth_at + bth_end]);
     if payload.is_empty() {
         hasher.update(&covered[bth_end..]);
     } else {
@@ -363,12 +356,8 @@ mod tests {
             udp_src_port: 1,
             udp_dst_port: 4791,
         };
-        let mut head = Head::new();
-        pseudo_headers(&ctx, 20, &mut head);
-        assert_eq!(head.bytes().len(), 8 + 40 + 8);
-        assert_eq!(
-            &head.bytes()[8..16],
-            &[0x6f, 0xff, 0xff, 0xff, 0x00, 28, 17, 0xff]
-        );
+        let mut head = [0; MAX_HEAD];
+        assert_eq!(pseudo_headers(&ctx, 20, &mut head), 8 + 40 + 8);
+        assert_eq!(&head[8..16], &[0x6f, 0xff, 0xff, 0xff, 0x00, 28, 17, 0xff]);
     }
 }

@@ -156,14 +156,17 @@ impl<'a> RoceRepr<'a> {
         let opcode = self.bth.opcode;
         let info = opcode.info().ok_or(WireError::UnknownOpcode(opcode.0))?;
         let present = self.headers_present();
-        for layout in &WIRE_ORDER {
-            let required = info.headers.contains(layout.header);
-            if present.contains(layout.header) != required {
-                return Err(WireError::HeaderMismatch {
-                    opcode,
-                    header: layout.name,
-                    required,
-                });
+        // One comparison per packet; the walk only names the header of a mismatch.
+        if present != info.headers {
+            for layout in &WIRE_ORDER {
+                let required = info.headers.contains(layout.header);
+                if present.contains(layout.header) != required {
+                    return Err(WireError::HeaderMismatch {
+                        opcode,
+                        header: layout.name,
+                        required,
+                    });
+                }
             }
         }
         check_payload(info, self.payload.len())?;
