@@ -58,66 +58,6 @@ pub const MAX_SEND_DATAGRAMS: usize = 4 * MAX_BATCH;
 /// Largest UDP payload of one GSO send (what fits an IPv4 datagram).
 pub const GSO_MAX_BYTES: usize = 65_507;
 
-/// How many datagrams from the start of `datagrams` can leave as one GSO send (one entry of
-/// [`send_runs`]): same destination, all the size of the first except the last (no larger),
-/// at most [`MAX_BATCH`] and [`GSO_MAX_BYTES`] in all. 1 means send it alone; 0 for none.
-/// A RoCE message's first packet (RETH) so takes one shorter packet as its tail, and the
-/// rest of the message makes the next run.
-pub fn gso_run<D: Datagram>(datagrams: &[D]) -> usize {
-    let Some(head) = datagrams.first() else {
-        return 0;
-    };
-    let seg = head.bytes().len();
-    let dst = head.destination();
-    let mut n = 1;
-    let mut total = seg;
-    while n < datagrams.len() && n < MAX_BATCH {
-        let d = &datagrams[n];
-        let len = d.bytes().len();
-        if d.destination() != dst || len > seg || total + len > GSO_MAX_BYTES {
-            break;
-        }
-        n += 1;
-        total += len;
-        if len < seg {
-            break; // a shorter one can only end the run
-        }
-    }
-    n
-}
-
-/// Whether one more entry, a run of `run` datagrams, fits a [`send_runs`] call that holds
-/// `entries` entries of `datagrams` datagrams so far.
-pub fn call_has_room(entries: usize, datagrams: usize, run: usize) -> bool {
-    entries < MAX_BATCH && datagrams + run <= MAX_SEND_DATAGRAMS
-}
-
-/// Groups `list` into [`send_runs`] calls: `run_of` says how many datagrams from the start
-/// of a slice leave as one entry (a GSO run such as [`gso_run`] finds, or 1), and a call
-/// takes entries while [`call_has_room`]. `call(first, runs)` gets each call in order, with
-/// the index of its first datagram in `list`.
-pub fn group_calls<D>(
-    list: &[D],
-    run_of: impl Fn(&[D]) -> usize,
-    mut call: impl FnMut(usize, &[usize]),
-) {
-    let mut runs = [0usize; MAX_BATCH];
-    let (mut start, mut n_runs, mut i) = (0, 0, 0);
-    while i < list.len() {
-        let run = run_of(&list[i..]).max(1);
-        if !call_has_room(n_runs, i - start, run) {
-            call(start, &runs[..n_runs]);
-            (start, n_runs) = (i, 0);
-        }
-        runs[n_runs] = run;
-        n_runs += 1;
-        i += run;
-    }
-    if n_runs > 0 {
-        call(start, &runs[..n_runs]);
-    }
-}
-
 /// Sends `datagrams` (bytes, destination) with as few sendmmsg calls as possible; returns
 /// how many the kernel took (a full socket buffer stops a call early, which is loss to a
 /// datagram protocol: the caller decides). Allocates nothing: the headers live on the stack.
@@ -148,7 +88,7 @@ pub fn send_batch(socket: &impl AsRawFd, datagrams: &[(&[u8], SocketAddr)]) -> i
 /// datagrams. A kernel without UDP GSO refuses a run with EINVAL, ENOPROTOOPT or EIO.
 ///
 /// Why one call: a message's first packet is longer than the rest (its RETH), so a message
-/// is two GSO runs ([`gso_run`]); as two syscalls, a 64 KiB WRITE paid twice the per-call
+/// is two GSO runs ([`super::send_plan::gso_run`]); as two syscalls, a 64 KiB WRITE paid twice the per-call
 /// cost.
 pub fn send_runs<D: Datagram>(
     socket: &impl AsRawFd,

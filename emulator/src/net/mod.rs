@@ -20,6 +20,7 @@ pub mod packet;
 pub mod packet_pool;
 pub mod pcap;
 pub mod qemu_socket;
+pub mod send_plan;
 pub mod shared_port;
 mod socket_options;
 pub mod udp;

@@ -32,6 +32,7 @@ use parking_lot::Mutex;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::batched_io::{self, Datagram, MAX_BATCH};
+use super::send_plan;
 use super::udp_receive::Receiver;
 use super::OutPacket;
 use super::{DatagramView, InDatagram, Link};
@@ -165,7 +166,7 @@ impl UdpLink {
                 1
             }
         };
-        batched_io::group_calls(list, run_of, |start, runs| {
+        send_plan::group_calls(list, run_of, |start, runs| {
             if let (Err(e), true) = (self.flush(&list[start..], runs), first.is_ok()) {
                 first = Err(e);
             }
@@ -299,11 +300,11 @@ fn gso_unsupported(e: &io::Error) -> bool {
 }
 
 /// How many packets from the start of `packets` can leave as one GSO send
-/// ([`batched_io::gso_run`]), towards loopback destinations only. 1 means send it alone.
+/// ([`send_plan::gso_run`]), towards loopback destinations only. 1 means send it alone.
 fn gso_run<D: Datagram>(packets: &[D]) -> usize {
     match packets.first() {
         Some(head) if !head.destination().ip().is_loopback() => 1,
-        _ => batched_io::gso_run(packets),
+        _ => send_plan::gso_run(packets),
     }
 }
 

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
 use softverbs_emu::net::batch_sys::{self, RecvSlots};
+use softverbs_emu::net::send_plan;
 
 use super::args::{Settings, Verb};
 use super::report::{Baseline, LatResult};
@@ -77,10 +78,10 @@ pub fn verb_datagrams(verb: Verb, size: usize, mtu: usize) -> Vec<usize> {
 
 /// How `list` leaves as sendmmsg calls, each (index of its first datagram, its runs as
 /// [`batch_sys::send_runs`] takes them): grouped by the engine's UDP link's own rules
-/// ([`batch_sys::group_calls`] with [`batch_sys::gso_run`]).
+/// ([`send_plan::group_calls`] with [`send_plan::gso_run`]).
 fn sendmmsg_calls<D: batch_sys::Datagram>(list: &[D]) -> Vec<(usize, Vec<usize>)> {
     let mut calls = Vec::new();
-    batch_sys::group_calls(list, batch_sys::gso_run, |start, runs| {
+    send_plan::group_calls(list, send_plan::gso_run, |start, runs| {
         calls.push((start, runs.to_vec()))
     });
     calls
