@@ -189,6 +189,10 @@ impl CompletionQueue {
         }
         // Cannot fail: the CQ holds the receiving end.
         let _ = self.sender.send(Queued { wc, resets });
+        if self.channel.is_none() {
+            // Nobody can arm it (see req_notify): no fence, no event.
+            return false;
+        }
         // The completion is visible before the arming is read, as `req_notify` arms before
         // its caller polls again: either this push sees the arming, or that poll sees the
         // completion (a fence on both sides; at worst an event for a completion the poll

@@ -158,8 +158,10 @@ impl Device {
         // Events about the QP, or about its SRQ (which belongs to the same context). Queued
         // before the completions, so that a consumer who sees an error completion finds the
         // event that went with it already there.
-        for event in out.events.drain(..) {
-            self.raise_async(entry.owner, event);
+        if !out.events.is_empty() {
+            for event in out.events.drain(..) {
+                self.raise_async(entry.owner, event);
+            }
         }
         for c in out.completions.drain(..) {
             let cq = match c.target {
@@ -182,8 +184,12 @@ impl Device {
         if std::mem::take(&mut out.owes_lazy_ack) {
             self.lazy_acks.owe(qp.qpn);
         }
+        // Read before it is written: the hint rarely moves, and a locked write per call
+        // would take the line from the engine thread that reads it.
         if let Some(d) = qp.next_deadline_ns() {
-            self.deadline_hint_ns.fetch_min(d, Ordering::AcqRel);
+            if d < self.deadline_hint_ns.load(Ordering::Acquire) {
+                self.deadline_hint_ns.fetch_min(d, Ordering::AcqRel);
+            }
         }
     }
 
