@@ -72,11 +72,17 @@ fn len16(n: usize) -> [u8; 2] {
 /// Longest CRC prefix: 8 x 0xff, IPv6 header, UDP header, BTH.
 const MAX_HEAD: usize = 8 + IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN;
 
-/// The CRC of the 8 all-ones bytes that open every ICRC input: a hash starts from it
-/// rather than hashing them per packet.
-fn crc_of_leading_ones() -> u32 {
-    static CRC: OnceLock<u32> = OnceLock::new();
-    *CRC.get_or_init(|| crc32fast::hash(&[0xff; 8]))
+/// A hasher that has taken the 8 all-ones bytes that open every ICRC input, cloned per
+/// packet: that skips hashing them and the CPU feature check a new hasher makes.
+fn hasher_after_leading_ones() -> crc32fast::Hasher {
+    static AFTER: OnceLock<crc32fast::Hasher> = OnceLock::new();
+    AFTER
+        .get_or_init(|| {
+            let mut h = crc32fast::Hasher::new();
+            h.update(&[0xff; 8]);
+            h
+        })
+        .clone()
 }
 
 /// Writes the 8 all-ones bytes and the masked IP + UDP headers that precede the RoCE
@@ -142,7 +148,7 @@ fn compute_icrc_with(ctx: &IcrcContext, packet: &[u8], at: usize, payload: &[u8]
         head[bth_at + 4] = 0xff;
     }
     // The headers in one update, the leading all-ones bytes already hashed.
-    let mut hasher = crc32fast::Hasher::new_with_initial(crc_of_leading_ones());
+    let mut hasher = hasher_after_leading_ones();
     hasher.update(&head[8..bth_at + bth_end]);
     if payload.is_empty() {
         hasher.update(&covered[bth_end..]);
