@@ -337,77 +337,25 @@ pub fn recv_one_plain(
     Ok(1)
 }
 
-/// Sends one datagram with sendto(2) as a plain system call (see the module doc), its
-/// address built on the stack: std's `send_to` resolves an address list and goes through
-/// libc's cancellation wrapper, about 120 instructions per message of a ping-pong.
+/// Sends one datagram with sendto(2) as a plain system call (see the module doc): std's
+/// `send_to` resolves an address list and goes through libc's cancellation wrapper, about
+/// 120 instructions per message of a ping-pong.
 pub fn send_one(socket: &impl AsRawFd, bytes: &[u8], dst: SocketAddr) -> io::Result<usize> {
-    let rc = match dst {
-        SocketAddr::V4(a) => {
-            let sa = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(a.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: `bytes` is a live buffer of its length; `sa` a sockaddr_in of the
-            // size given; the kernel only reads both.
-            unsafe {
-                sendto_raw(
-                    socket.as_raw_fd(),
-                    bytes,
-                    (&sa as *const libc::sockaddr_in).cast(),
-                    std::mem::size_of_val(&sa),
-                )
-            }
-        }
-        SocketAddr::V6(a) => {
-            let sa = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: a.scope_id(),
-            };
-            // SAFETY: as above, with a sockaddr_in6.
-            unsafe {
-                sendto_raw(
-                    socket.as_raw_fd(),
-                    bytes,
-                    (&sa as *const libc::sockaddr_in6).cast(),
-                    std::mem::size_of_val(&sa),
-                )
-            }
-        }
-    };
-    syscall_result(rc)
-}
-
-/// sendto(2) without waiting.
-///
-/// # Safety
-/// `addr` must point at `addr_len` readable bytes of a socket address.
-unsafe fn sendto_raw(
-    fd: std::os::fd::RawFd,
-    bytes: &[u8],
-    addr: *const libc::sockaddr,
-    addr_len: usize,
-) -> libc::c_long {
-    // SAFETY: the caller vouches for the address; `bytes` is a live slice.
-    unsafe {
+    let addr = SockAddr::from(dst);
+    // SAFETY: `bytes` is a live slice of its length; `addr` holds a socket address of
+    // `addr.len()` bytes; the kernel only reads both.
+    let rc = unsafe {
         libc::syscall(
             libc::SYS_sendto,
-            fd,
+            socket.as_raw_fd(),
             bytes.as_ptr(),
             bytes.len(),
             libc::MSG_DONTWAIT,
-            addr,
-            addr_len as libc::socklen_t,
+            addr.as_ptr(),
+            addr.len(),
         )
-    }
+    };
+    syscall_result(rc)
 }
 
 /// Drops the first datagram queued on `socket` (one that [`recv_one_plain`] peeked at),
