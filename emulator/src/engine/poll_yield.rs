@@ -69,6 +69,11 @@ const MOVE_AFTER: u32 = 4;
 /// thread: with a competitor on every CPU the yields keep switching, and the look answers
 /// "stay" each time.
 const MOVE_CHECK_EVERY: Duration = Duration::from_millis(20);
+/// The next look after one whose reads disagreed (a thread ran or blocked for a moment
+/// between them) is due sooner: on a quiet machine, two polling threads sharing a CPU
+/// otherwise stayed so for 20-35 ms (1,000 round trips at twice their time) after a look
+/// that an engine thread's wake-up made say "busy".
+const MOVE_RECHECK_AFTER: Duration = Duration::from_millis(2);
 /// A sharing thread checks one yield in this many for having run another thread (a quiet
 /// one checks each of its rare probes): two system calls each.
 const CHECK_EVERY: u32 = 4;
@@ -105,6 +110,8 @@ struct YieldState {
     move_after: u32,
     /// When the thread last looked at the load.
     last_move_check: Option<Instant>,
+    /// How long after that the next look is due.
+    look_again_after: Duration,
 }
 
 impl YieldState {
@@ -121,6 +128,7 @@ impl YieldState {
             switched_yields: 0,
             move_after: MOVE_AFTER + spread % MOVE_AFTER,
             last_move_check: None,
+            look_again_after: MOVE_CHECK_EVERY,
         }
     }
 }
@@ -208,12 +216,22 @@ impl YieldState {
     fn look_due(&mut self, now: Instant) -> bool {
         if self
             .last_move_check
-            .is_some_and(|t| now.duration_since(t) < MOVE_CHECK_EVERY)
+            .is_some_and(|t| now.duration_since(t) < self.look_again_after)
         {
             return false;
         }
         self.last_move_check = Some(now);
         true
+    }
+
+    /// A look at the load was made; `steady` if its reads agreed. The next one is due
+    /// after [`MOVE_CHECK_EVERY`], or after [`MOVE_RECHECK_AFTER`] when they did not.
+    fn looked(&mut self, steady: bool) {
+        self.look_again_after = if steady {
+            MOVE_CHECK_EVERY
+        } else {
+            MOVE_RECHECK_AFTER
+        };
     }
 
     /// The look at the load found the machine crowded at `now`.
@@ -269,7 +287,11 @@ fn look_and_place(state: &mut YieldState, now: Instant) -> Option<Load> {
     if !state.look_due(now) {
         return None;
     }
-    let load = load();
+    let (load, steady) = match load() {
+        Some((load, steady)) => (Some(load), steady),
+        None => (None, true),
+    };
+    state.looked(steady);
     if load == Some(Load::CpuIdles) {
         let _ = move_off_current_cpu();
     }
@@ -338,7 +360,8 @@ impl Load {
     }
 }
 
-/// The machine's load seen from this thread's CPUs; `None` if it cannot tell.
+/// The machine's load seen from this thread's CPUs, and whether every read agreed; `None`
+/// if it cannot tell.
 ///
 /// The system's count of runnable threads is read [`LOAD_READS`] times a yield apart,
 /// and the verdict must hold for every read: a thread that runs for a moment (a timer's
@@ -346,7 +369,7 @@ impl Load {
 /// blocks for a moment (an engine thread between two datagrams) for an idle CPU. Moving
 /// off a CPU whose other CPU is in fact busy put a WRITE stream's application thread
 /// beside the competitor (64% -> 57% of UDP).
-fn load() -> Option<Load> {
+fn load() -> Option<(Load, bool)> {
     let allowed = cpu_count(&sched_getaffinity(Pid::from_raw(0)).ok()?);
     let (mut least, mut most) = (usize::MAX, 0);
     for read in 0..LOAD_READS {
@@ -358,11 +381,13 @@ fn load() -> Option<Load> {
         least = least.min(runnable);
         most = most.max(runnable);
     }
-    Some(match (Load::of(least, allowed), Load::of(most, allowed)) {
+    let (at_least, at_most) = (Load::of(least, allowed), Load::of(most, allowed));
+    let verdict = match (at_least, at_most) {
         (Load::CpuIdles, Load::CpuIdles) => Load::CpuIdles,
         (Load::Crowded, Load::Crowded) => Load::Crowded,
         _ => Load::Busy,
-    })
+    };
+    Some((verdict, at_least == at_most))
 }
 
 /// The calling thread's involuntary context switches so far: a yield that ran another
@@ -510,6 +535,23 @@ mod tests {
         assert!(s.look_due(start));
         assert!(!s.look_due(start + MOVE_CHECK_EVERY / 2));
         assert!(s.look_due(start + MOVE_CHECK_EVERY));
+    }
+
+    #[test]
+    fn a_look_whose_reads_disagreed_is_made_again_sooner() {
+        let mut s = YieldState::new(0);
+        let start = Instant::now();
+        assert!(s.look_due(start));
+        // The reads disagreed (a thread ran for a moment between them): soon again.
+        s.looked(false);
+        assert!(!s.look_due(start + MOVE_RECHECK_AFTER / 2));
+        let again = start + MOVE_RECHECK_AFTER;
+        assert!(s.look_due(again));
+        // They agreed: the next look waits the full interval.
+        s.looked(true);
+        assert!(!s.look_due(again + MOVE_RECHECK_AFTER));
+        assert!(!s.look_due(again + MOVE_CHECK_EVERY / 2));
+        assert!(s.look_due(again + MOVE_CHECK_EVERY));
     }
 
     #[test]
