@@ -69,8 +69,8 @@ fn len16(n: usize) -> [u8; 2] {
     (n as u16).to_be_bytes()
 }
 
-/// Longest CRC prefix: 8 x 0xff, IPv6 header, UDP header, BTH.
-const MAX_HEAD: usize = 8 + IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN;
+/// Longest hashed head after the leading all-ones bytes: IPv6 header, UDP header, BTH.
+const MAX_HEAD: usize = IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN;
 
 /// A hasher that has taken the 8 all-ones bytes that open every ICRC input, cloned per
 /// packet: that skips hashing them and the CPU feature check a new hasher makes.
@@ -85,12 +85,11 @@ fn hasher_after_leading_ones() -> crc32fast::Hasher {
         .clone()
 }
 
-/// Writes the 8 all-ones bytes and the masked IP + UDP headers that precede the RoCE
-/// packet in the CRC input at the start of `out`, at fixed offsets (this runs twice per
-/// packet, sender and receiver); returns their length.
+/// Writes the masked IP + UDP headers that precede the RoCE packet in the CRC input (after
+/// the all-ones bytes, which [`hasher_after_leading_ones`] has taken) at the start of `out`,
+/// at fixed offsets (this runs twice per packet, sender and receiver); returns their length.
 fn pseudo_headers(ctx: &IcrcContext, packet_len: usize, out: &mut [u8; MAX_HEAD]) -> usize {
     let udp_len = len16(UDP_HEADER_LEN + packet_len);
-    out[..8].fill(0xff);
     let udp_at = match ctx.ip {
         IpHeaderInfo::V4 {
             src,
@@ -100,24 +99,24 @@ fn pseudo_headers(ctx: &IcrcContext, packet_len: usize, out: &mut [u8; MAX_HEAD]
         } => {
             // version/IHL, TOS (masked), total length, identification, flags/fragment,
             // TTL (masked), protocol, checksum (masked), addresses.
-            out[8..10].copy_from_slice(&[0x45, 0xff]);
-            out[10..12].copy_from_slice(&len16(IPV4_HEADER_LEN + UDP_HEADER_LEN + packet_len));
-            out[12..14].copy_from_slice(&identification.to_be_bytes());
-            out[14..16].copy_from_slice(&flags_fragment.to_be_bytes());
-            out[16..20].copy_from_slice(&[0xff, IP_PROTO_UDP, 0xff, 0xff]);
-            out[20..24].copy_from_slice(&src.octets());
-            out[24..28].copy_from_slice(&dst.octets());
-            8 + IPV4_HEADER_LEN
+            out[0..2].copy_from_slice(&[0x45, 0xff]);
+            out[2..4].copy_from_slice(&len16(IPV4_HEADER_LEN + UDP_HEADER_LEN + packet_len));
+            out[4..6].copy_from_slice(&identification.to_be_bytes());
+            out[6..8].copy_from_slice(&flags_fragment.to_be_bytes());
+            out[8..12].copy_from_slice(&[0xff, IP_PROTO_UDP, 0xff, 0xff]);
+            out[12..16].copy_from_slice(&src.octets());
+            out[16..20].copy_from_slice(&dst.octets());
+            IPV4_HEADER_LEN
         }
         IpHeaderInfo::V6 { src, dst } => {
             // version, traffic class and flow label (masked), payload length, next
             // header, hop limit (masked), addresses.
-            out[8..12].copy_from_slice(&[0x6f, 0xff, 0xff, 0xff]);
-            out[12..14].copy_from_slice(&udp_len);
-            out[14..16].copy_from_slice(&[IP_PROTO_UDP, 0xff]);
-            out[16..32].copy_from_slice(&src.octets());
-            out[32..48].copy_from_slice(&dst.octets());
-            8 + IPV6_HEADER_LEN
+            out[0..4].copy_from_slice(&[0x6f, 0xff, 0xff, 0xff]);
+            out[4..6].copy_from_slice(&udp_len);
+            out[6..8].copy_from_slice(&[IP_PROTO_UDP, 0xff]);
+            out[8..24].copy_from_slice(&src.octets());
+            out[24..40].copy_from_slice(&dst.octets());
+            IPV6_HEADER_LEN
         }
     };
     let udp = &mut out[udp_at..udp_at + UDP_HEADER_LEN];
@@ -149,7 +148,7 @@ fn compute_icrc_with(ctx: &IcrcContext, packet: &[u8], at: usize, payload: &[u8]
     }
     // The headers in one update, the leading all-ones bytes already hashed.
     let mut hasher = hasher_after_leading_ones();
-    hasher.update(&head[8..bth_at + bth_end]);
+    hasher.update(&head[..bth_at + bth_end]);
     if payload.is_empty() {
         hasher.update(&covered[bth_end..]);
     } else {
@@ -363,7 +362,7 @@ mod tests {
             udp_dst_port: 4791,
         };
         let mut head = [0; MAX_HEAD];
-        assert_eq!(pseudo_headers(&ctx, 20, &mut head), 8 + 40 + 8);
-        assert_eq!(&head[8..16], &[0x6f, 0xff, 0xff, 0xff, 0x00, 28, 17, 0xff]);
+        assert_eq!(pseudo_headers(&ctx, 20, &mut head), 40 + 8);
+        assert_eq!(&head[0..8], &[0x6f, 0xff, 0xff, 0xff, 0x00, 28, 17, 0xff]);
     }
 }
