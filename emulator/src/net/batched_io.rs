@@ -270,6 +270,41 @@ impl RecvSlots {
         self.lens.len()
     }
 
+    /// The iovec over slot `i` of `data` (panics past the slots).
+    #[inline]
+    fn iovec(&mut self, i: usize) -> libc::iovec {
+        assert!(i < self.capacity(), "no receive slot {i}");
+        libc::iovec {
+            // SAFETY: slot i lies inside `data` (capacity slots of `slot_bytes` each).
+            iov_base: unsafe { self.data.as_mut_ptr().add(i * self.slot_bytes) }.cast(),
+            iov_len: self.slot_bytes,
+        }
+    }
+
+    /// The receive header of slot `i`: `iov` (its [`RecvSlots::iovec`]), its address and
+    /// control buffers, with their sizes.
+    #[inline]
+    fn header(&mut self, i: usize, iov: &mut libc::iovec) -> libc::msghdr {
+        // SAFETY: msghdr is plain old data; all-zero is a valid empty header.
+        let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+        hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
+        hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        hdr.msg_iov = iov;
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = self.ctrl[i].as_mut_ptr().cast();
+        hdr.msg_controllen = std::mem::size_of::<[u64; CTRL_WORDS]>() as _;
+        hdr
+    }
+
+    /// Notes what the kernel put in slot `i`: `len` bytes, the address length and GRO
+    /// segment size its header `hdr` reports.
+    #[inline]
+    fn received(&mut self, i: usize, len: usize, hdr: &libc::msghdr) {
+        self.lens[i] = len.min(self.slot_bytes);
+        self.addr_lens[i] = hdr.msg_namelen;
+        self.segs[i] = gro_segment(hdr);
+    }
+
     /// The GRO segment size of slot `i` of the last receive: its bytes are datagrams of
     /// this size back to back (the last may be shorter); 0 when it holds one datagram.
     pub fn segment_bytes(&self, i: usize) -> usize {
@@ -382,18 +417,8 @@ pub fn discard_one(socket: &impl AsRawFd) -> io::Result<()> {
 /// on this kind of machine), and one header on the stack costs less to set up than the
 /// batch's arrays.
 fn recv_one_now(socket: &impl AsRawFd, slots: &mut RecvSlots) -> io::Result<usize> {
-    let mut iov = libc::iovec {
-        iov_base: slots.data.as_mut_ptr().cast(),
-        iov_len: slots.slot_bytes,
-    };
-    // SAFETY: msghdr is plain old data; all-zero is a valid empty header.
-    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-    hdr.msg_name = (&mut slots.addrs[0] as *mut libc::sockaddr_storage).cast();
-    hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    hdr.msg_iov = &mut iov;
-    hdr.msg_iovlen = 1;
-    hdr.msg_control = slots.ctrl[0].as_mut_ptr().cast();
-    hdr.msg_controllen = std::mem::size_of::<[u64; CTRL_WORDS]>() as _;
+    let mut iov = slots.iovec(0);
+    let mut hdr = slots.header(0, &mut iov);
     // SAFETY: the header points at slot 0 of `data` (`slot_bytes` long), addrs[0] and
     // ctrl[0], with their sizes; the kernel writes at most those. A plain system call as
     // the others here (see the module doc).
@@ -406,9 +431,7 @@ fn recv_one_now(socket: &impl AsRawFd, slots: &mut RecvSlots) -> io::Result<usiz
         )
     };
     let len = syscall_result(rc)?;
-    slots.lens[0] = len.min(slots.slot_bytes);
-    slots.addr_lens[0] = hdr.msg_namelen;
-    slots.segs[0] = gro_segment(&hdr);
+    slots.received(0, len, &hdr);
     Ok(1)
 }
 
@@ -422,27 +445,16 @@ fn recv_batch_flags(
     if n == 1 && flags == libc::MSG_DONTWAIT {
         return recv_one_now(socket, slots);
     }
-    let slot = slots.slot_bytes;
     // Only the entries used are written: zeroing all MAX_BATCH headers cost more than an
     // empty receive.
     let mut iovs = [const { MaybeUninit::<libc::iovec>::uninit() }; MAX_BATCH];
     let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; MAX_BATCH];
-    let base = slots.data.as_mut_ptr();
     for i in 0..n {
-        let iov = iovs[i].write(libc::iovec {
-            // SAFETY: slot i lies inside `data` (n slots of `slot` bytes).
-            iov_base: unsafe { base.add(i * slot) }.cast(),
-            iov_len: slot,
+        let iov = iovs[i].write(slots.iovec(i));
+        msgs[i].write(libc::mmsghdr {
+            msg_hdr: slots.header(i, iov),
+            msg_len: 0,
         });
-        // SAFETY: mmsghdr is plain old data; all-zero is a valid empty header.
-        let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-        m.msg_hdr.msg_name = (&mut slots.addrs[i] as *mut libc::sockaddr_storage).cast();
-        m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        m.msg_hdr.msg_iov = iov as *mut libc::iovec;
-        m.msg_hdr.msg_iovlen = 1;
-        m.msg_hdr.msg_control = slots.ctrl[i].as_mut_ptr().cast();
-        m.msg_hdr.msg_controllen = std::mem::size_of::<[u64; CTRL_WORDS]>() as _;
-        msgs[i].write(m);
     }
     // SAFETY: the first n headers were written above and point at live iovecs over
     // `data`, sockaddr_storages and control buffers of the sizes given; the kernel reads
@@ -462,9 +474,7 @@ fn recv_batch_flags(
     // SAFETY: the kernel filled (at most) the first n headers, which were initialised.
     let msgs = unsafe { std::slice::from_raw_parts(msgs.as_ptr().cast::<libc::mmsghdr>(), n) };
     for (i, m) in msgs.iter().take(got).enumerate() {
-        slots.lens[i] = (m.msg_len as usize).min(slot);
-        slots.addr_lens[i] = m.msg_hdr.msg_namelen;
-        slots.segs[i] = gro_segment(&m.msg_hdr);
+        slots.received(i, m.msg_len as usize, &m.msg_hdr);
     }
     Ok(got)
 }
