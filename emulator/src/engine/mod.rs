@@ -12,11 +12,11 @@
 //! `DeviceRuntime` that owns it) with `poll_yield` (what a polling application thread does
 //! with its CPU between empty polls) and `app_poll` (an application's poll of a CQ, which
 //! receives for the device when the CQ is empty); `context` (the
-//! [`softverbs_api::VerbsContext`] impl over them). `device_list` and `registry` find and open devices (a UDP device as one member
-//! of the processes sharing its port, see docs/shared-devices.md), `fork_guard` keeps a
-//! forked child off the devices it inherited; `event_queue` is the one
-//! fd-backed event queue under completion channels (`comp_channel`) and async events
-//! (`async_events`).
+//! [`softverbs_api::VerbsContext`] impl over them). `device_list` and `registry` find and
+//! open devices (a UDP device as one member of the processes sharing its port, see
+//! docs/shared-devices.md), `fork_guard` keeps a forked child off the devices it inherited;
+//! `event_queue` is the one fd-backed event queue under completion channels
+//! (`comp_channel`) and async events (`async_events`).
 
 mod ack_hold;
 mod app_poll;

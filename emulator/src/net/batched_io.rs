@@ -88,8 +88,8 @@ pub fn send_batch(socket: &impl AsRawFd, datagrams: &[(&[u8], SocketAddr)]) -> i
 /// datagrams. A kernel without UDP GSO refuses a run with EINVAL, ENOPROTOOPT or EIO.
 ///
 /// Why one call: a message's first packet is longer than the rest (its RETH), so a message
-/// is two GSO runs ([`super::send_plan::gso_run`]); as two syscalls, a 64 KiB WRITE paid twice the per-call
-/// cost.
+/// is two GSO runs ([`super::send_plan::gso_run`]); as two syscalls, a 64 KiB WRITE paid
+/// twice the per-call cost.
 pub fn send_runs<D: Datagram>(
     socket: &impl AsRawFd,
     datagrams: &[D],

@@ -4,10 +4,10 @@
 use super::batched_io::{Datagram, GSO_MAX_BYTES, MAX_BATCH, MAX_SEND_DATAGRAMS};
 
 /// How many datagrams from the start of `datagrams` can leave as one GSO send (one entry of
-/// [`send_runs`](super::batched_io::send_runs)): same destination, all the size of the first except the last (no larger),
-/// at most [`MAX_BATCH`] and [`GSO_MAX_BYTES`] in all. 1 means send it alone; 0 for none.
-/// A RoCE message's first packet (RETH) so takes one shorter packet as its tail, and the
-/// rest of the message makes the next run.
+/// [`send_runs`](super::batched_io::send_runs)): same destination, all the size of the
+/// first except the last (no larger), at most [`MAX_BATCH`] and [`GSO_MAX_BYTES`] in all. 1
+/// means send it alone; 0 for none. A RoCE message's first packet (RETH) so takes one
+/// shorter packet as its tail, and the rest of the message makes the next run.
 pub fn gso_run<D: Datagram>(datagrams: &[D]) -> usize {
     let Some(head) = datagrams.first() else {
         return 0;
@@ -31,16 +31,17 @@ pub fn gso_run<D: Datagram>(datagrams: &[D]) -> usize {
     n
 }
 
-/// Whether one more entry, a run of `run` datagrams, fits a [`send_runs`](super::batched_io::send_runs) call that holds
-/// `entries` entries of `datagrams` datagrams so far.
+/// Whether one more entry, a run of `run` datagrams, fits a
+/// [`send_runs`](super::batched_io::send_runs) call that holds `entries` entries of
+/// `datagrams` datagrams so far.
 pub fn call_has_room(entries: usize, datagrams: usize, run: usize) -> bool {
     entries < MAX_BATCH && datagrams + run <= MAX_SEND_DATAGRAMS
 }
 
-/// Groups `list` into [`send_runs`](super::batched_io::send_runs) calls: `run_of` says how many datagrams from the start
-/// of a slice leave as one entry (a GSO run such as [`gso_run`] finds, or 1), and a call
-/// takes entries while [`call_has_room`]. `call(first, runs)` gets each call in order, with
-/// the index of its first datagram in `list`.
+/// Groups `list` into [`send_runs`](super::batched_io::send_runs) calls: `run_of` says how
+/// many datagrams from the start of a slice leave as one entry (a GSO run such as
+/// [`gso_run`] finds, or 1), and a call takes entries while [`call_has_room`]. `call(first,
+/// runs)` gets each call in order, with the index of its first datagram in `list`.
 pub fn group_calls<D>(
     list: &[D],
     run_of: impl Fn(&[D]) -> usize,
