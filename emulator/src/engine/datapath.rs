@@ -158,10 +158,8 @@ impl Device {
         // Events about the QP, or about its SRQ (which belongs to the same context). Queued
         // before the completions, so that a consumer who sees an error completion finds the
         // event that went with it already there.
-        if !out.events.is_empty() {
-            for event in out.events.drain(..) {
-                self.raise_async(entry.owner, event);
-            }
+        for event in out.events.drain(..) {
+            self.raise_async(entry.owner, event);
         }
         for c in out.completions.drain(..) {
             let cq = match c.target {
