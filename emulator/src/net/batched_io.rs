@@ -39,6 +39,12 @@ pub trait Datagram {
     fn parts(&self) -> [&[u8]; PARTS] {
         [self.bytes(), &[], &[]]
     }
+    /// What picks the socket that receives it where several processes share the
+    /// destination port (a RoCE packet's steering slot, see `shared_port::steering`); `None`
+    /// where nothing does. A GSO send reaches one socket, the one its first datagram picks.
+    fn steering_slot(&self) -> Option<u8> {
+        None
+    }
 }
 
 /// Most pieces of one datagram ([`Datagram::parts`]).

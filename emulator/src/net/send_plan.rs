@@ -4,22 +4,30 @@
 use super::batched_io::{Datagram, GSO_MAX_BYTES, MAX_BATCH, MAX_SEND_DATAGRAMS};
 
 /// How many datagrams from the start of `datagrams` can leave as one GSO send (one entry of
-/// [`send_runs`](super::batched_io::send_runs)): same destination, all the size of the
-/// first except the last (no larger), at most [`MAX_BATCH`] and [`GSO_MAX_BYTES`] in all. 1
-/// means send it alone; 0 for none. A RoCE message's first packet (RETH) so takes one
-/// shorter packet as its tail, and the rest of the message makes the next run.
+/// [`send_runs`](super::batched_io::send_runs)): same destination and steering slot, all the
+/// size of the first except the last (no larger), at most [`MAX_BATCH`] and
+/// [`GSO_MAX_BYTES`] in all. 1 means send it alone; 0 for none. A RoCE message's first
+/// packet (RETH) so takes one shorter packet as its tail, and the rest of the message makes
+/// the next run.
+///
+/// The slot: the kernel steers a GSO send by its first datagram, on a port that processes
+/// share. A datagram for another process in the run would reach it by the owner's
+/// forwarding, after what was sent later straight to it: an ACK overtaken by the answer
+/// sent behind it (a shared CQ saw the answer's receive complete before the SEND the ACK
+/// was for).
 pub fn gso_run<D: Datagram>(datagrams: &[D]) -> usize {
     let Some(head) = datagrams.first() else {
         return 0;
     };
     let seg = head.bytes().len();
-    let dst = head.destination();
+    let (dst, slot) = (head.destination(), head.steering_slot());
     let mut n = 1;
     let mut total = seg;
     while n < datagrams.len() && n < MAX_BATCH {
         let d = &datagrams[n];
         let len = d.bytes().len();
-        if d.destination() != dst || len > seg || total + len > GSO_MAX_BYTES {
+        let apart = d.destination() != dst || d.steering_slot() != slot;
+        if apart || len > seg || total + len > GSO_MAX_BYTES {
             break;
         }
         n += 1;

@@ -249,6 +249,9 @@ impl Datagram for OutPacket {
     fn destination(&self) -> SocketAddr {
         dst_of(self)
     }
+    fn steering_slot(&self) -> Option<u8> {
+        super::shared_port::steering::slot_of(&self.bytes)
+    }
 }
 
 /// A packet whose payload, if it left it in registered memory, is `payload`.
@@ -263,6 +266,9 @@ impl Datagram for FromMemory<'_> {
     }
     fn destination(&self) -> SocketAddr {
         dst_of(self.packet)
+    }
+    fn steering_slot(&self) -> Option<u8> {
+        self.packet.steering_slot()
     }
     fn parts(&self) -> [&[u8]; batched_io::PARTS] {
         let bytes = &self.packet.bytes[..];
@@ -442,6 +448,18 @@ mod tests {
         assert_eq!(gso_run(&mixed), 1);
         let wire = [out("10.0.0.2", 100), out("10.0.0.2", 100)];
         assert_eq!(gso_run(&wire), 1);
+        // A QP of another steering slot (another process on a shared port) ends a run;
+        // another QP of the same slot does not.
+        let mut slots = [
+            out("127.0.0.2", 100),
+            out("127.0.0.2", 100),
+            out("127.0.0.2", 100),
+        ];
+        slots[0].bytes[5..8].copy_from_slice(&[0x02, 0x8b, 0x54]);
+        slots[1].bytes[5..8].copy_from_slice(&[0x02, 0x00, 0x11]);
+        slots[2].bytes[5..8].copy_from_slice(&[0x01, 0xb3, 0xee]);
+        assert_eq!(gso_run(&slots), 2);
+        assert_eq!(gso_run(&slots[1..]), 1);
         // At most 64 segments and what fits one IPv4 datagram.
         let many: Vec<OutPacket> = (0..100).map(|_| out("::1", 100)).collect();
         assert_eq!(gso_run(&many), MAX_BATCH);
