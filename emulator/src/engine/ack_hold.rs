@@ -9,11 +9,11 @@
 //!
 //! When the batch was received by an application thread (polling its CQ), the batch's ACKs
 //! are deferred rather than sent ([`DeferredAcks`]): the completion reaches the application
-//! first, and the ACKs leave with the next packets the device sends, behind them
-//! (typically the answer the application posts next: one send call instead of two, and
-//! none on the round trip's critical path), or at the latest when the application polls
-//! an empty CQ and finds nothing on the link either, polls an empty CQ for the second
-//! time, blocks, or the engine thread's next nap ends.
+//! first, and the ACKs leave with the next packets the device sends (typically the answer
+//! the application posts next: one send call instead of two, and none before the
+//! completion), ahead of their own connection's packets and behind the others'; or at the
+//! latest when the application polls an empty CQ and finds nothing on the link either,
+//! polls an empty CQ for the second time, blocks, or the engine thread's next nap ends.
 //!
 //! A batch holds ACKs for at most [`RELEASE_EVERY`] datagrams. A requester may have only
 //! 128 PSNs unacknowledged (rxe's limit, which ours keeps); a receive batch of up to 512
@@ -29,10 +29,9 @@ use std::cell::RefCell;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::transport::OutPacket;
-use crate::wire::opcode::{Opcode, Transport};
 
 /// Datagrams of a receive batch after which its held ACKs leave: a quarter of the
 /// requester's window of unacknowledged PSNs
@@ -74,15 +73,6 @@ fn is_plain_ack(p: &OutPacket) -> bool {
             .is_some_and(|s| s & 0b0110_0000 == 0)
 }
 
-/// A packet of a responder's stream (an ACK or NAK, a READ response or an atomic
-/// acknowledge), which share the responder's PSN order.
-fn is_response(p: &OutPacket) -> bool {
-    p.bytes
-        .first()
-        .and_then(|&op| Opcode(op).info())
-        .is_some_and(|info| info.transport == Transport::Rc && !info.is_request)
-}
-
 /// Starts holding ACKs in this thread (the start of a receive batch).
 pub(crate) fn begin() {
     HELD.with(|h| *h.borrow_mut() = Some(Batch::default()));
@@ -101,20 +91,34 @@ pub(crate) fn end() -> Vec<OutPacket> {
 }
 
 /// Counts a handled datagram of the batch; every [`RELEASE_EVERY`] datagrams returns what is
-/// held (send it) and goes on holding. Outside a batch returns nothing.
-pub(crate) fn datagram_handled() -> Vec<OutPacket> {
+/// held (send it, with the device's deferred ACKs, which the batch may have published) and
+/// goes on holding. Outside a batch, and between releases, returns `None`.
+pub(crate) fn datagram_handled() -> Option<Vec<OutPacket>> {
     HELD.with(|h| {
         let mut h = h.borrow_mut();
-        let Some(batch) = h.as_mut() else {
-            return Vec::new();
-        };
+        let batch = h.as_mut()?;
         batch.datagrams += 1;
         if batch.datagrams < RELEASE_EVERY {
-            return Vec::new();
+            return None;
         }
         batch.datagrams = 0;
-        std::mem::take(&mut batch.acks)
+        Some(std::mem::take(&mut batch.acks))
     })
+}
+
+/// Inside a batch: makes the ACKs held so far the device's `deferred` ones, for every
+/// thread to see. Called before a completion of the batch becomes visible: the application
+/// that takes it may post on another thread before this batch ends, and whatever it sends
+/// must not overtake the ACK of the request it took (kernel rxe's left on arrival). Outside
+/// a batch does nothing.
+pub(crate) fn publish(deferred: &DeferredAcks) {
+    let held = HELD.with(|h| {
+        h.borrow_mut()
+            .as_mut()
+            .map(|b| std::mem::take(&mut b.acks))
+            .unwrap_or_default()
+    });
+    deferred.defer(held);
 }
 
 /// Inside a batch: moves the plain ACKs of `packets` into the hold (replacing an older ACK
@@ -153,8 +157,9 @@ pub(crate) fn hold(packets: &mut Vec<OutPacket>, dropped: &mut Vec<Vec<u8>>) -> 
 }
 
 /// ACKs a device owes its peers but has not sent yet (see the module doc). Every send of
-/// the device takes them along, ahead of the responses of their connection, so that a
-/// connection's responses keep their order.
+/// the device takes them along, ahead of the packets of their connection, so that a
+/// connection's responses keep their order and its requests come after the ACK, as they
+/// would have had it been sent on arrival.
 #[derive(Default)]
 pub(crate) struct DeferredAcks {
     acks: Mutex<Vec<OutPacket>>,
@@ -205,32 +210,65 @@ impl DeferredAcks {
         self.pending.load(Ordering::Acquire) && self.carried.swap(true, Ordering::AcqRel)
     }
 
-    /// Moves the deferred ACKs into `packets` (which is about to be sent): behind the
-    /// requests, which are what the peer waits for (a datagram ahead of them delays them by
-    /// a receive call: 7.3 against 4.4 us per half round trip of a raw UDP ping-pong), but
-    /// ahead of any response of their own connection, so that a connection's responses keep
-    /// their order.
-    pub(crate) fn take_into(&self, packets: &mut Vec<OutPacket>) {
+    /// Moves the deferred ACKs into `packets` (which is about to be sent): ahead of any
+    /// packet of their own connection, and behind the rest.
+    ///
+    /// Ahead of their connection's packets: a response keeps its place in the responder's
+    /// order, and a request (typically the answer the application posts on taking the
+    /// request the ACK is for) follows the ACK as it would have with kernel rxe, which ACKs
+    /// on arrival. A peer that shares one CQ between sends and receives so completes its
+    /// SEND before the answer's receive (librpma's clients rely on that order); the other
+    /// order made them fail now and then. It costs a peer that waits for the answer alone
+    /// a receive call, but an ACK is deferred only for a request that asked for one (a
+    /// signaled one, whose completion a requester typically waits for first).
+    ///
+    /// Behind the other connections' requests, which are what their peers wait for (a
+    /// datagram ahead of them delays them by a receive call: 7.3 against 4.4 us per half
+    /// round trip of a raw UDP ping-pong).
+    ///
+    /// Until the returned guard is dropped (after the send call returned), the ACKs still
+    /// count as waiting: another thread about to send packets of the same connection waits
+    /// for the guard, rather than overtaking them on the wire.
+    pub(crate) fn take_into(&self, packets: &mut Vec<OutPacket>) -> Option<AcksInFlight<'_>> {
         if !self.pending.load(Ordering::Acquire) {
-            return;
+            return None;
         }
         let mut acks = self.acks.lock();
-        self.pending.store(false, Ordering::Release);
         let mut front = 0;
         for ack in acks.drain(..) {
             let k = key(&ack);
-            if packets.iter().any(|p| is_response(p) && key(p) == k) {
+            if packets.iter().any(|p| key(p) == k) {
                 packets.insert(front, ack);
                 front += 1;
             } else {
                 packets.push(ack);
             }
         }
+        Some(AcksInFlight {
+            owner: self,
+            _list: acks,
+        })
     }
 
     /// True if some are waiting.
     pub(crate) fn pending(&self) -> bool {
         self.pending.load(Ordering::SeqCst)
+    }
+}
+
+/// Deferred ACKs taken into a send that has not returned yet (see
+/// [`DeferredAcks::take_into`]): holds the list, so that other senders wait, and marks it
+/// empty when dropped.
+#[must_use = "the ACKs count as waiting until this is dropped, after the send"]
+pub(crate) struct AcksInFlight<'a> {
+    owner: &'a DeferredAcks,
+    _list: MutexGuard<'a, Vec<OutPacket>>,
+}
+
+impl Drop for AcksInFlight<'_> {
+    fn drop(&mut self) {
+        // Still under the list's lock: nobody deferred more meanwhile.
+        self.owner.pending.store(false, Ordering::Release);
     }
 }
 
@@ -316,7 +354,7 @@ mod tests {
     fn a_long_batch_releases_its_held_acks_every_release_every_datagrams() {
         let mut dropped = Vec::new();
         assert!(
-            datagram_handled().is_empty(),
+            datagram_handled().is_none(),
             "outside a batch nothing is due"
         );
         begin();
@@ -328,12 +366,10 @@ mod tests {
                 hold(&mut v, &mut dropped);
                 let due = datagram_handled();
                 if i < RELEASE_EVERY {
-                    assert!(
-                        due.is_empty(),
-                        "round {round}, datagram {i}: released early"
-                    );
+                    assert!(due.is_none(), "round {round}, datagram {i}: released early");
                     continue;
                 }
+                let due = due.expect("due");
                 // The newest ACK of each connection so far, and the batch goes on holding.
                 let got: Vec<_> = due.iter().map(|p| (p.bytes[7], p.bytes[11])).collect();
                 assert_eq!(got, vec![(1, psn), (2, psn)], "round {round}");
@@ -345,7 +381,29 @@ mod tests {
         let rest = end();
         assert_eq!(rest.len(), 1);
         assert_eq!(rest[0].bytes[11], psn + 1);
-        assert!(datagram_handled().is_empty(), "the batch is over");
+        assert!(datagram_handled().is_none(), "the batch is over");
+    }
+
+    #[test]
+    fn publish_hands_the_held_acks_to_the_deferred_ones_and_the_batch_goes_on() {
+        let d = DeferredAcks::default();
+        let mut dropped = Vec::new();
+        publish(&d);
+        assert!(!d.pending(), "outside a batch nothing is held");
+        begin();
+        let mut v = vec![packet(0x11, 1, 0, 1)];
+        hold(&mut v, &mut dropped);
+        publish(&d);
+        assert!(d.pending());
+        assert!(holding(), "the batch goes on");
+        let mut v = vec![packet(0x11, 1, 0, 2), packet(0x11, 2, 0, 1)];
+        hold(&mut v, &mut dropped);
+        publish(&d);
+        assert!(end().is_empty(), "all published");
+        let mut out = Vec::new();
+        drop(d.take_into(&mut out));
+        let got: Vec<_> = out.iter().map(|p| (p.bytes[7], p.bytes[11])).collect();
+        assert_eq!(got, [(1, 2), (2, 1)], "the newest per connection");
     }
 
     #[test]
@@ -364,7 +422,7 @@ mod tests {
             "the second empty poll: it leaves"
         );
         let mut out = Vec::new();
-        d.take_into(&mut out);
+        drop(d.take_into(&mut out));
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].bytes[11], 2, "the newest ACK");
         assert!(!d.carry_through_empty_poll(), "sent: nothing waits");
@@ -375,36 +433,36 @@ mod tests {
     }
 
     #[test]
-    fn deferred_acks_keep_the_newest_per_connection_and_go_behind_requests_but_before_responses() {
+    fn deferred_acks_keep_the_newest_per_connection_and_go_ahead_of_its_packets_only() {
         let d = DeferredAcks::default();
         // A SEND ONLY request to QP 1, and a READ RESPONSE ONLY to QP 3.
         let mut out = vec![packet(0x04, 1, 0, 7), packet(0x10, 3, 0, 9)];
-        d.take_into(&mut out);
+        drop(d.take_into(&mut out));
         assert_eq!(out.len(), 2, "nothing deferred, nothing added");
         assert!(!d.pending());
         d.defer(vec![packet(0x11, 1, 0, 1), packet(0x11, 2, 0, 1)]);
         d.defer(vec![packet(0x11, 1, 0, 2), packet(0x11, 3, 0, 8)]);
         assert!(d.pending());
-        d.take_into(&mut out);
+        drop(d.take_into(&mut out));
         let got: Vec<_> = out
             .iter()
             .map(|p| (p.bytes[0], p.bytes[7], p.bytes[11]))
             .collect();
-        // QP 3's ACK (PSN 8) keeps its place before QP 3's response (PSN 9); the others
-        // leave behind the request, which the peer is waiting for.
+        // QP 1's newest ACK goes ahead of QP 1's request, QP 3's (PSN 8) ahead of QP 3's
+        // response (PSN 9); QP 2's, with nothing of its connection here, leaves behind.
         assert_eq!(
             got,
             [
+                (0x11, 1, 2),
                 (0x11, 3, 8),
                 (0x04, 1, 7),
                 (0x10, 3, 9),
-                (0x11, 1, 2),
                 (0x11, 2, 1)
             ]
         );
         assert!(!d.pending());
         let mut again = Vec::new();
-        d.take_into(&mut again);
+        drop(d.take_into(&mut again));
         assert!(again.is_empty(), "each ACK leaves once");
     }
 }

@@ -81,7 +81,7 @@ impl Device {
             if self.port_active() {
                 self.send_packets(&mut none);
             } else {
-                self.deferred_acks.take_into(&mut none);
+                drop(self.deferred_acks.take_into(&mut none));
                 for p in none {
                     crate::net::packet_pool::give(p.bytes);
                 }
@@ -161,6 +161,11 @@ impl Device {
         for event in out.events.drain(..) {
             self.raise_async(entry.owner, event);
         }
+        if !out.completions.is_empty() {
+            // Whoever takes these completions may answer from another thread before this
+            // receive batch ends: the ACKs it holds must leave ahead of that.
+            super::ack_hold::publish(&self.deferred_acks);
+        }
         for c in out.completions.drain(..) {
             let cq = match c.target {
                 CompletionTarget::Send => &entry.send_cq,
@@ -193,8 +198,9 @@ impl Device {
 
     /// Sends `packets` (emptying the vector) and recycles their buffers.
     pub(crate) fn send_packets(&self, packets: &mut Vec<OutPacket>) {
-        // Deferred ACKs join in the same call (behind the requests, see take_into).
-        self.deferred_acks.take_into(packets);
+        // Deferred ACKs join in the same call (where, see take_into); other senders wait
+        // until it returned.
+        let acks_in_flight = self.deferred_acks.take_into(packets);
         if packets.is_empty() {
             return;
         }
@@ -203,6 +209,7 @@ impl Device {
         } else {
             self.link.send_batch(packets)
         };
+        drop(acks_in_flight);
         if let Err(e) = sent {
             self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(device = %self.config.name, error = %e, "send failed");

@@ -226,9 +226,10 @@ fn receive_ready(
             }
             dev.receive(d);
             // Whoever received the batch: a stream's window must not wait for its end.
-            let mut due = super::ack_hold::datagram_handled();
-            if !due.is_empty() && dev.port_active() {
-                dev.send_packets(&mut due);
+            if let Some(mut due) = super::ack_hold::datagram_handled() {
+                if dev.port_active() {
+                    dev.send_packets(&mut due);
+                }
             }
         }) {
             Ok(n) => {

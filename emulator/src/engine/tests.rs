@@ -315,27 +315,11 @@ fn deferred_acks_leave_before_a_state_change_a_destroy_and_a_cm_message() {
     let (ctx, peer) = device_and_peer();
     let (_, _, qpn) = rc_qp(&ctx);
     let dev = ctx.dev();
-    let path = PathInfo {
-        dst_ip: PEER_IP,
-        udp_dst_port: 4791,
-        udp_src_port: 0xc002,
-    };
-    let defer_ack = |psn: u32| {
-        let mut repr = RoceRepr::new(
-            BthRepr::new(Opcode::RC_ACKNOWLEDGE, 0x11, Psn::new(psn)),
-            &[],
-        );
-        repr.aeth = Some(crate::wire::AethRepr::ack(psn));
-        dev.deferred_acks
-            .defer(vec![OutPacket::build(&path, &repr).unwrap()]);
-    };
+    let defer_ack = |psn: u32| dev.deferred_acks.defer(vec![ack_to_peer(0x11, psn)]);
     // The peer's next datagram, at once: what left before the call returned.
     let next_psn = || {
-        let d = peer.recv(Duration::ZERO).unwrap().expect("a datagram");
-        (
-            d.payload[0],
-            u32::from_be_bytes([0, d.payload[9], d.payload[10], d.payload[11]]),
-        )
+        let (opcode, _, psn) = next_at_peer(&peer);
+        (opcode, psn)
     };
 
     defer_ack(5);
@@ -355,6 +339,11 @@ fn deferred_acks_leave_before_a_state_change_a_destroy_and_a_cm_message() {
         qkey: 0x8001_0000,
         src_qp: 1,
     });
+    let path = PathInfo {
+        dst_ip: PEER_IP,
+        udp_dst_port: 4791,
+        udp_src_port: 0xc002,
+    };
     ctx.send_gsi_packet(&path, &mad).unwrap();
     assert_eq!(next_psn(), (0x11, 6), "the ACK ahead of the CM message");
     assert_eq!(next_psn().0, Opcode::UD_SEND_ONLY.0);
@@ -365,17 +354,12 @@ fn deferred_acks_leave_before_a_state_change_a_destroy_and_a_cm_message() {
     assert!(!dev.deferred_acks.pending());
 }
 
-/// An ACK nobody asked for (a requester that coalesces ACKs leaves its unsignaled SENDs
-/// without a request) is owed by the responder until the traffic pauses; while an
-/// application polls, the engine thread that sends it naps. A state change (a disconnect's
-/// move to the error state) must send it first, as kernel rxe would have sent it already.
-#[test]
-fn an_owed_ack_nobody_asked_for_leaves_before_a_state_change() {
-    use softverbs_api::{AccessFlags, Gid, QpAttr, QpAttrMask, QpState};
-    use softverbs_api::{VerbsContext, WorkCompletion};
+/// An RC QP of `ctx` (from [`rc_qp`]) moved to RTS towards QP 0x77 of the peer, and a
+/// registered 64-byte buffer: (CQ, QP number, buffer, its lkey).
+fn rc_qp_to_peer(ctx: &EmuContext) -> (u32, u32, crate::memory::RdmaBuffer, u32) {
+    use softverbs_api::{AccessFlags, Gid, VerbsContext};
     use softverbs_testkit::{ah_to, RcMoves};
-    let (ctx, peer) = device_and_peer();
-    let (pd, cq, qpn) = rc_qp(&ctx);
+    let (pd, cq, qpn) = rc_qp(ctx);
     let buf = crate::memory::RdmaBuffer::new(64).unwrap();
     let keys = ctx
         .reg_mr(pd, buf.addr(), 64, AccessFlags::LOCAL_WRITE)
@@ -388,7 +372,145 @@ fn an_owed_ack_nobody_asked_for_leaves_before_a_state_change() {
     for (attr, mask) in moves.all() {
         ctx.modify_qp(qpn, &attr, mask).unwrap();
     }
-    let recv = softverbs_testkit::recv_one(1, buf.addr(), 64, keys.lkey);
+    (cq, qpn, buf, keys.lkey)
+}
+
+/// An RC ACKNOWLEDGE of `psn` to QP `dest_qp` of the peer, as the device's responder
+/// builds one.
+fn ack_to_peer(dest_qp: u32, psn: u32) -> OutPacket {
+    let path = PathInfo {
+        dst_ip: PEER_IP,
+        udp_dst_port: 4791,
+        udp_src_port: 0xc002,
+    };
+    let mut repr = RoceRepr::new(
+        BthRepr::new(Opcode::RC_ACKNOWLEDGE, dest_qp, Psn::new(psn)),
+        &[],
+    );
+    repr.aeth = Some(crate::wire::AethRepr::ack(psn));
+    OutPacket::build(&path, &repr).unwrap()
+}
+
+/// The peer's next datagram, at once (what left before the last call returned): its BTH
+/// opcode, destination QP and PSN.
+fn next_at_peer(peer: &ChannelLink) -> (u8, u32, u32) {
+    let d = peer.recv(Duration::ZERO).unwrap().expect("a datagram");
+    let be =
+        |at: usize| u32::from_be_bytes([0, d.payload[at], d.payload[at + 1], d.payload[at + 2]]);
+    (d.payload[0], be(5), be(9))
+}
+
+/// A deferred ACK leaves ahead of the next request of its own connection, as kernel rxe's
+/// (sent as the request it acknowledges arrives) would have. A peer that shares one CQ
+/// between sends and receives then takes its SEND's completion before that of the answer
+/// the application posted on receiving the SEND (librpma's clients rely on it). ACKs of
+/// other connections leave behind the request, which is what its peer waits for.
+#[test]
+fn a_deferred_ack_leaves_ahead_of_its_connections_next_request_and_behind_others() {
+    use softverbs_api::{SendWr, VerbsContext};
+    let (ctx, peer) = device_and_peer();
+    let (_, qpn, buf, lkey) = rc_qp_to_peer(&ctx);
+    let dev = ctx.dev();
+    dev.deferred_acks
+        .defer(vec![ack_to_peer(0x78, 3), ack_to_peer(0x77, 5)]);
+    let answer = SendWr::send(1, vec![softverbs_testkit::sge(buf.addr(), 8, lkey)]);
+    ctx.post_send(qpn, &[answer]).unwrap();
+    assert_eq!(
+        next_at_peer(&peer),
+        (0x11, 0x77, 5),
+        "its connection's ACK first"
+    );
+    assert_eq!(
+        next_at_peer(&peer),
+        (Opcode::RC_SEND_ONLY.0, 0x77, 0),
+        "the answer"
+    );
+    assert_eq!(
+        next_at_peer(&peer),
+        (0x11, 0x78, 3),
+        "another connection's ACK behind"
+    );
+    assert!(!dev.deferred_acks.pending());
+}
+
+/// An ACK held by a receive batch leaves ahead of what another thread sends on its
+/// connection once the batch's completion can be seen, though the batch goes on: an
+/// application woken by the completion (through its channel, while the engine thread still
+/// handles the rest of a batch) answers at once, and its answer must not overtake the ACK
+/// of the request it took (kernel rxe's left on arrival).
+#[test]
+fn an_ack_held_by_a_batch_leaves_ahead_of_an_answer_posted_meanwhile_on_another_thread() {
+    use softverbs_api::{SendWr, VerbsContext, WorkCompletion};
+    let (ctx, peer) = device_and_peer();
+    let (cq, qpn, buf, lkey) = rc_qp_to_peer(&ctx);
+    let dev = ctx.dev();
+    let recv = softverbs_testkit::recv_one(1, buf.addr(), 64, lkey);
+    ctx.post_recv(qpn, &[recv]).unwrap();
+    let mut bth = BthRepr::new(Opcode::RC_SEND_ONLY, qpn, Psn::new(0));
+    bth.ack_req = true;
+    let path = PathInfo {
+        dst_ip: DEVICE_IP,
+        udp_dst_port: 4791,
+        udp_src_port: 0xc004,
+    };
+    let mut request = OutPacket::build(&path, &RoceRepr::new(bth, b"ping")).unwrap();
+    let (IpAddr::V4(src), IpAddr::V4(dst)) = (PEER_IP, DEVICE_IP) else {
+        unreachable!("IPv4 test addresses")
+    };
+    let icrc = crate::wire::IcrcContext {
+        ip: crate::wire::IpHeaderInfo::V4 {
+            src,
+            dst,
+            identification: 0,
+            flags_fragment: 0x4000,
+        },
+        udp_src_port: path.udp_src_port,
+        udp_dst_port: path.udp_dst_port,
+    };
+    crate::wire::write_icrc(&icrc, &mut request.bytes);
+    // This thread plays the engine thread's batch: it receives the request and goes on.
+    super::ack_hold::begin();
+    dev.receive(crate::net::DatagramView {
+        src: SocketAddr::new(PEER_IP, path.udp_src_port),
+        dst: SocketAddr::new(DEVICE_IP, path.udp_dst_port),
+        payload: &request.bytes,
+        ipv4_identification: Some(0),
+    });
+    let mut wc = [WorkCompletion::default()];
+    assert_eq!(
+        ctx.poll_cq(cq, &mut wc).unwrap(),
+        1,
+        "the request's completion"
+    );
+    assert!(
+        peer.recv(Duration::ZERO).unwrap().is_none(),
+        "nothing sent yet: the batch holds its ACK"
+    );
+    let answer = SendWr::send(2, vec![softverbs_testkit::sge(buf.addr(), 8, lkey)]);
+    std::thread::scope(|s| {
+        s.spawn(|| ctx.post_send(qpn, &[answer]).unwrap());
+    });
+    assert_eq!(next_at_peer(&peer), (0x11, 0x77, 0), "the ACK first");
+    assert_eq!(
+        next_at_peer(&peer),
+        (Opcode::RC_SEND_ONLY.0, 0x77, 0),
+        "the answer"
+    );
+    assert!(super::ack_hold::end().is_empty(), "nothing left to send");
+    assert!(!dev.deferred_acks.pending());
+}
+
+/// An ACK nobody asked for (a requester that coalesces ACKs leaves its unsignaled SENDs
+/// without a request) is owed by the responder until the traffic pauses; while an
+/// application polls, the engine thread that sends it naps. A state change (a disconnect's
+/// move to the error state) must send it first, as kernel rxe would have sent it already.
+#[test]
+fn an_owed_ack_nobody_asked_for_leaves_before_a_state_change() {
+    use softverbs_api::{QpAttr, QpAttrMask, QpState};
+    use softverbs_api::{VerbsContext, WorkCompletion};
+    let (ctx, peer) = device_and_peer();
+    let (cq, qpn, buf, lkey) = rc_qp_to_peer(&ctx);
+    let recv = softverbs_testkit::recv_one(1, buf.addr(), 64, lkey);
     ctx.post_recv(qpn, &[recv]).unwrap();
     let mut wc = [WorkCompletion::default()];
     // Polling for a while: the engine thread leaves the link to this thread and naps.
