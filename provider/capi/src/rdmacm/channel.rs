@@ -2,8 +2,11 @@
 //! `rdma_get_cm_event` and `rdma_ack_cm_event`, and the release of a synchronous id's held
 //! event. What a queued event becomes when read is `event`'s business.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use super::abi::*;
 use super::event::{materialize, SvEvent};
@@ -22,6 +25,35 @@ pub extern "C" fn sv_rdma_create_event_channel() -> *mut RdmaEventChannel {
     }
 }
 
+/// How long `rdma_get_cm_event` on a channel the application destroyed waits before it
+/// fails with EINVAL.
+///
+/// Why: a thread already blocked in `rdma_get_cm_event` when the channel goes keeps waiting
+/// (as a `read` in flight on librdmacm's descriptor does), but one that calls a moment
+/// later would fail at once, and which of the two happens is the scheduler's choice.
+/// Debian's rping (rdma-core 44) depends on it: its CM thread goes back into
+/// `rdma_get_cm_event` after the DISCONNECTED event while the main thread tears down,
+/// destroys the channel without joining the thread, and exits; a CM thread that came late
+/// failed and made rping exit 255 (2 of 150 runs of the drop-in's rping test). Late callers
+/// now wait like early ones, for a bounded time: a single-threaded program that calls on a
+/// channel it destroyed still gets its error.
+pub const DESTROYED_CHANNEL_GRACE: Duration = Duration::from_secs(1);
+/// How many destroyed channels are remembered for [`DESTROYED_CHANNEL_GRACE`].
+const DESTROYED_REMEMBERED: usize = 16;
+
+/// The channels the application destroyed last (address, when), oldest first.
+static DESTROYED: Mutex<VecDeque<(usize, Instant)>> = Mutex::new(VecDeque::new());
+
+/// When the application destroyed `channel`, if it is among the last destroyed.
+fn destroyed_at(channel: *mut RdmaEventChannel) -> Option<Instant> {
+    let destroyed = DESTROYED.lock();
+    destroyed
+        .iter()
+        .rev()
+        .find(|&&(c, _)| c == channel as usize)
+        .map(|&(_, at)| at)
+}
+
 /// `rdma_destroy_event_channel`: the channel goes once the ids on it are gone (their
 /// sinks hold it until then); waiting events are dropped.
 #[no_mangle]
@@ -29,6 +61,11 @@ pub unsafe extern "C" fn sv_rdma_destroy_event_channel(channel: *mut RdmaEventCh
     // SAFETY: checked live inside.
     if let Some(ch) = unsafe { live(channel) } {
         ch.retire();
+        let mut destroyed = DESTROYED.lock();
+        if destroyed.len() == DESTROYED_REMEMBERED {
+            destroyed.pop_front();
+        }
+        destroyed.push_back((channel as usize, Instant::now()));
     }
 }
 
@@ -69,6 +106,9 @@ pub unsafe extern "C" fn sv_rdma_get_cm_event(
     }
     // SAFETY: checked live inside.
     let Some(ch) = (unsafe { live(channel) }) else {
+        if let Some(at) = destroyed_at(channel) {
+            std::thread::sleep(DESTROYED_CHANNEL_GRACE.saturating_sub(at.elapsed()));
+        }
         return super::fail(libc::EINVAL);
     };
     match next_event(&ch) {
@@ -108,5 +148,41 @@ pub unsafe fn release_held_event(id: *mut RdmaCmId) {
     if !held.is_null() {
         // SAFETY: an event this library handed out for the id.
         unsafe { sv_rdma_ack_cm_event(held) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get_event(channel: *mut RdmaEventChannel) -> (i32, i32, Duration) {
+        let mut event = std::ptr::null_mut();
+        let start = Instant::now();
+        // SAFETY: any pointer is looked up first; `event` is writable.
+        let ret = unsafe { sv_rdma_get_cm_event(channel, &mut event) };
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        (ret, errno, start.elapsed())
+    }
+
+    #[test]
+    fn a_call_on_a_channel_destroyed_a_moment_ago_waits_out_the_grace_then_fails() {
+        let channel = sv_rdma_create_event_channel();
+        assert!(!channel.is_null());
+        // SAFETY: a live channel of ours.
+        unsafe { sv_rdma_destroy_event_channel(channel) };
+        let (ret, errno, waited) = get_event(channel);
+        assert_eq!((ret, errno), (-1, libc::EINVAL));
+        assert!(
+            waited >= DESTROYED_CHANNEL_GRACE - Duration::from_millis(50),
+            "failed after {waited:?}: a late caller must wait like an early one"
+        );
+        // Past the grace, and for a pointer that never was a channel: at once.
+        let (ret, errno, waited) = get_event(channel);
+        assert_eq!((ret, errno), (-1, libc::EINVAL));
+        assert!(waited < DESTROYED_CHANNEL_GRACE / 2, "waited {waited:?}");
+        let mut not_a_channel = RdmaEventChannel { fd: -1 };
+        let (ret, errno, waited) = get_event(&mut not_a_channel);
+        assert_eq!((ret, errno), (-1, libc::EINVAL));
+        assert!(waited < DESTROYED_CHANNEL_GRACE / 2, "waited {waited:?}");
     }
 }
