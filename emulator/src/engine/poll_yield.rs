@@ -112,6 +112,8 @@ struct YieldState {
     last_move_check: Option<Instant>,
     /// How long after that the next look is due.
     look_again_after: Duration,
+    /// The last look found the machine crowded (one more in a row starts the waits).
+    crowded_at_last_look: bool,
 }
 
 impl YieldState {
@@ -129,6 +131,7 @@ impl YieldState {
             move_after: MOVE_AFTER + spread % MOVE_AFTER,
             last_move_check: None,
             look_again_after: MOVE_CHECK_EVERY,
+            crowded_at_last_look: false,
         }
     }
 }
@@ -234,9 +237,20 @@ impl YieldState {
         };
     }
 
-    /// The look at the load found the machine crowded at `now`.
-    fn crowded(&mut self, now: Instant) {
-        self.waiting_until = Some(now + WAIT_MODE_FOR);
+    /// A look at the load at `now` found `load`. Empty polls wait for traffic once two
+    /// looks in a row found the machine crowded: after the first, the next look is due
+    /// after [`MOVE_RECHECK_AFTER`]. One look could catch a quiet machine's threads all
+    /// runnable for a moment (two pollers and both engine threads waking), and then put
+    /// a quiet ping-pong's threads to sleep for [`WAIT_MODE_FOR`] (1,247 waits for traffic
+    /// in one 20,000 round-trip run); a crowded machine stays so for longer than that.
+    fn saw(&mut self, load: Load, now: Instant) {
+        let crowded = load == Load::Crowded;
+        if crowded && self.crowded_at_last_look {
+            self.waiting_until = Some(now + WAIT_MODE_FOR);
+        } else if crowded {
+            self.look_again_after = MOVE_RECHECK_AFTER;
+        }
+        self.crowded_at_last_look = crowded;
     }
 }
 
@@ -258,8 +272,8 @@ pub(crate) fn after_empty_poll(dev: &Device) {
         Idle::Yield => {
             if yield_and_learn(&mut state) {
                 let now = Instant::now();
-                if look_and_place(&mut state, now) == Some(Load::Crowded) {
-                    state.crowded(now);
+                if let Some(load) = look_and_place(&mut state, now) {
+                    state.saw(load, now);
                 }
             }
         }
@@ -494,7 +508,8 @@ mod tests {
     fn on_a_crowded_machine_empty_polls_wait_for_traffic_for_a_while_then_yield_again() {
         let now = Instant::now();
         let mut s = YieldState::new(0);
-        s.crowded(now);
+        s.saw(Load::Crowded, now);
+        s.saw(Load::Crowded, now);
         let idle: Vec<Idle> = (0..4).map(|_| s.empty_poll(|| now)).collect();
         assert_eq!(idle, [Idle::Spin, Idle::Spin, Idle::Wait, Idle::Wait]);
         // Past the mode's end, the clock is looked at on one waiting poll in
@@ -508,6 +523,25 @@ mod tests {
         s.empty_polls = 0;
         let idle: Vec<Idle> = (0..4).map(|_| s.empty_poll(|| now)).collect();
         assert_eq!(idle, [Idle::Spin, Idle::Spin, Idle::Spin, Idle::Yield]);
+    }
+
+    #[test]
+    fn one_look_that_finds_the_machine_crowded_only_makes_the_next_look_sooner() {
+        let start = Instant::now();
+        let mut s = YieldState::new(0);
+        assert!(s.look_due(start));
+        s.looked(true);
+        s.saw(Load::Crowded, start);
+        assert!(s.waiting_until.is_none(), "one look is not enough");
+        assert!(s.look_due(start + MOVE_RECHECK_AFTER), "confirmed soon");
+        // The next look finds it busy only: nothing waits, and the next crowded look is
+        // again the first of its run.
+        s.looked(true);
+        s.saw(Load::Busy, start);
+        s.saw(Load::Crowded, start);
+        assert!(s.waiting_until.is_none());
+        s.saw(Load::Crowded, start);
+        assert_eq!(s.waiting_until, Some(start + WAIT_MODE_FOR), "two in a row");
     }
 
     #[test]
