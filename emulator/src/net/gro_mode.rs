@@ -83,8 +83,9 @@ pub struct GroMode {
     evidence: u32,
     /// The evidence the next switch off needs.
     plain_run: u32,
-    /// The last receive found something (the next one's datagrams came with those).
-    after_data: bool,
+    /// The last receive found something: the length of its last datagram (the next one's
+    /// datagrams came with those, if they could have been one GSO run with it).
+    after_data: Option<usize>,
 }
 
 impl GroMode {
@@ -96,7 +97,7 @@ impl GroMode {
             state: if capable { State::On } else { State::Off },
             evidence: 0,
             plain_run: PLAIN_RUN,
-            after_data: false,
+            after_data: None,
         }
     }
 
@@ -117,7 +118,7 @@ impl GroMode {
     /// A receive found the queue empty; `now` is read only while receives are checked. Once
     /// that happens [`SUSPECT_FOR`] or more after the switch off, no run can be queued.
     pub fn found_nothing(&mut self, now: impl FnOnce() -> Instant) {
-        self.after_data = false;
+        self.after_data = None;
         if let State::Suspect { until } = self.state {
             if now() >= until {
                 self.state = State::Off;
@@ -126,10 +127,23 @@ impl GroMode {
     }
 
     /// A receive that asked for `asked` datagrams got `got` (counting each datagram of a
-    /// run, at least one), `runs` of them GSO runs of more than one; returns the switch to
-    /// make, if any.
-    pub fn received(&mut self, asked: usize, got: usize, runs: usize) -> Option<GroSwitch> {
-        let after_data = std::mem::replace(&mut self.after_data, true);
+    /// run, at least one), `runs` of them GSO runs of more than one, the first and the last
+    /// of `lengths` bytes; returns the switch to make, if any.
+    ///
+    /// Datagrams that follow the last receive's count as arriving together with it only if
+    /// the first is no longer than that one's last: only then could the two have been one
+    /// GSO send, which GRO takes in one receive. An ACK sent ahead of the answer (shorter,
+    /// then longer) arrives just as close, but GRO cannot join them, and keeping it on for
+    /// them cost a SEND ping-pong that signals every message its cheaper receives.
+    pub fn received(
+        &mut self,
+        asked: usize,
+        got: usize,
+        runs: usize,
+        lengths: (usize, usize),
+    ) -> Option<GroSwitch> {
+        let (first, last) = lengths;
+        let after_data = std::mem::replace(&mut self.after_data, Some(last));
         if !self.capable {
             return None;
         }
@@ -137,7 +151,7 @@ impl GroMode {
             self.evidence = 0;
             return (!self.is_on()).then_some(GroSwitch::On);
         }
-        let together = runs > 0 || after_data;
+        let together = runs > 0 || after_data.is_some_and(|before| first <= before);
         let single = asked == 1 && got == 1 && !together;
         if self.is_on() {
             self.evidence = match (together, single) {
@@ -196,6 +210,9 @@ impl GroMode {
 mod tests {
     use super::*;
 
+    /// Datagrams of one size (a run's, or a stream's).
+    const SAME: (usize, usize) = (64, 64);
+
     /// What the receiver does with a switch asked: makes it (a switch off settles at once,
     /// as after a quiet millisecond), and notes it in `made`.
     fn make(mode: &mut GroMode, switch: Option<GroSwitch>, made: &mut Vec<GroSwitch>) {
@@ -213,7 +230,7 @@ mod tests {
         let mut made = Vec::new();
         for _ in 0..messages {
             mode.found_nothing(Instant::now);
-            let switch = mode.received(1, 1, 0);
+            let switch = mode.received(1, 1, 0, SAME);
             make(mode, switch, &mut made);
         }
         made
@@ -225,12 +242,12 @@ mod tests {
         let mut made = Vec::new();
         mode.found_nothing(Instant::now);
         if mode.is_on() {
-            let switch = mode.received(1, 2, 1);
+            let switch = mode.received(1, 2, 1, SAME);
             make(mode, switch, &mut made);
         } else {
-            let switch = mode.received(1, 1, 0);
+            let switch = mode.received(1, 1, 0, SAME);
             make(mode, switch, &mut made);
-            let switch = mode.received(64, 1, 0);
+            let switch = mode.received(64, 1, 0, SAME);
             make(mode, switch, &mut made);
         }
         made
@@ -250,7 +267,7 @@ mod tests {
         assert!(mode.is_on());
         assert_eq!(mode.next_receive(1), ReceiveWay::WithSegments);
         mode.found_nothing(Instant::now);
-        assert_eq!(mode.received(1, 1, 0), Some(GroSwitch::Off));
+        assert_eq!(mode.received(1, 1, 0, SAME), Some(GroSwitch::Off));
     }
 
     #[test]
@@ -277,11 +294,38 @@ mod tests {
     }
 
     #[test]
+    fn datagrams_that_could_not_have_been_one_gso_send_do_not_keep_gro_on() {
+        // Each message with an ACK ahead of it (20 bytes, then the 24-byte answer), back to
+        // back: no GSO run could hold them, and GRO goes off as for single datagrams.
+        let mut mode = GroMode::new(true);
+        let mut made = Vec::new();
+        for _ in 0..PLAIN_RUN {
+            mode.found_nothing(Instant::now);
+            let switch = mode.received(1, 1, 0, (20, 20));
+            make(&mut mode, switch, &mut made);
+            let switch = mode.received(1, 1, 0, (24, 24));
+            make(&mut mode, switch, &mut made);
+        }
+        assert_eq!(made, [GroSwitch::Off]);
+        // The answer ahead of its ACK (longer, then shorter) could have been one: those
+        // pairs turn it back on.
+        let mut made = Vec::new();
+        for _ in 0..PLAIN_RUN {
+            mode.found_nothing(Instant::now);
+            let switch = mode.received(1, 1, 0, (24, 24));
+            make(&mut mode, switch, &mut made);
+            let switch = mode.received(1, 1, 0, (20, 20));
+            make(&mut mode, switch, &mut made);
+        }
+        assert_eq!(made, [GroSwitch::On]);
+    }
+
+    #[test]
     fn a_burst_turns_gro_back_on_at_once() {
         let mut mode = GroMode::new(true);
         off_and_settled(&mut mode, Instant::now());
         mode.found_nothing(Instant::now);
-        assert_eq!(mode.received(64, BURST, 0), Some(GroSwitch::On));
+        assert_eq!(mode.received(64, BURST, 0, SAME), Some(GroSwitch::On));
         mode.switched(GroSwitch::On, true, Instant::now());
         assert!(mode.is_on());
         assert_eq!(mode.next_receive(1), ReceiveWay::WithSegments);
@@ -326,13 +370,13 @@ mod tests {
             assert!(ping_pong(&mut mode, run - 1).is_empty());
             assert_eq!(ping_pong(&mut mode, 1), vec![GroSwitch::Off]);
             mode.found_nothing(Instant::now);
-            assert_eq!(mode.received(64, BURST, 0), Some(GroSwitch::On));
+            assert_eq!(mode.received(64, BURST, 0, SAME), Some(GroSwitch::On));
             mode.switched(GroSwitch::On, true, Instant::now());
             run = (run * 2).min(PLAIN_RUN_MAX);
             assert!(ping_pong(&mut mode, run - 1).is_empty());
             mode.found_nothing(Instant::now);
             assert_eq!(
-                mode.received(64, BURST, 0),
+                mode.received(64, BURST, 0, SAME),
                 None,
                 "a burst restarts the count"
             );
@@ -345,7 +389,7 @@ mod tests {
         let mut mode = GroMode::new(true);
         for _ in 0..10 * PLAIN_RUN {
             mode.found_nothing(Instant::now);
-            assert_eq!(mode.received(64, 1, 0), None);
+            assert_eq!(mode.received(64, 1, 0, SAME), None);
         }
         assert!(mode.is_on());
     }
@@ -355,7 +399,7 @@ mod tests {
         let mut mode = GroMode::new(false);
         assert_eq!(mode.next_receive(1), ReceiveWay::Plain);
         assert!(ping_pong(&mut mode, 10 * PLAIN_RUN).is_empty());
-        assert_eq!(mode.received(64, 64, 3), None);
+        assert_eq!(mode.received(64, 64, 3, SAME), None);
         for _ in 0..10 * PLAIN_RUN {
             assert!(with_its_ack(&mut mode).is_empty());
         }
@@ -367,7 +411,7 @@ mod tests {
         let mut mode = GroMode::new(true);
         assert!(ping_pong(&mut mode, PLAIN_RUN - 1).is_empty());
         mode.found_nothing(Instant::now);
-        assert_eq!(mode.received(1, 1, 0), Some(GroSwitch::Off));
+        assert_eq!(mode.received(1, 1, 0, SAME), Some(GroSwitch::Off));
         mode.switched(GroSwitch::Off, false, Instant::now());
         assert!(mode.is_on());
         assert_eq!(mode.next_receive(1), ReceiveWay::WithSegments);
@@ -383,6 +427,6 @@ mod tests {
         assert_eq!(mode.next_receive(1), ReceiveWay::Checked);
         mode.found_nothing(|| t0 + SUSPECT_FOR);
         assert_eq!(mode.next_receive(1), ReceiveWay::Plain);
-        assert_eq!(mode.received(64, 64, 0), None, "no more switches");
+        assert_eq!(mode.received(64, 64, 0, SAME), None, "no more switches");
     }
 }

@@ -94,8 +94,8 @@ impl Receiver {
                     Flow::Next => continue,
                 },
             };
-            let (datagrams, runs) = self.hand_over(n, local, sink);
-            if let Some(switch) = self.gro.received(want, datagrams, runs) {
+            let (datagrams, runs, lengths) = self.hand_over(n, local, sink);
+            if let Some(switch) = self.gro.received(want, datagrams, runs, lengths) {
                 self.switch(socket, switch);
             }
             total += n;
@@ -122,14 +122,16 @@ impl Receiver {
     }
 
     /// Hands the datagrams of the first `n` slots to `sink`, each datagram of a GRO run
-    /// alone; returns how many datagrams, and how many runs of more than one.
+    /// alone; returns how many datagrams, how many runs of more than one, and the lengths
+    /// of the first and the last datagram.
     fn hand_over(
         &self,
         n: usize,
         local: SocketAddr,
         sink: &mut dyn FnMut(DatagramView<'_>),
-    ) -> (usize, usize) {
+    ) -> (usize, usize, (usize, usize)) {
         let (mut datagrams, mut runs) = (0, 0);
+        let (mut first, mut last) = (None, 0);
         for i in 0..n {
             let (bytes, src) = self.slots.get(i);
             let Some(src) = src else { continue };
@@ -141,6 +143,8 @@ impl Receiver {
             runs += usize::from(bytes.len() > seg);
             for payload in bytes.chunks(seg) {
                 datagrams += 1;
+                first.get_or_insert(payload.len());
+                last = payload.len();
                 sink(DatagramView {
                     src,
                     dst: local,
@@ -149,7 +153,7 @@ impl Receiver {
                 });
             }
         }
-        (datagrams, runs)
+        (datagrams, runs, (first.unwrap_or(0), last))
     }
 
     /// A receive in the checked time after GRO went off: peeks at the first datagram and
