@@ -143,7 +143,7 @@ impl GroMode {
         lengths: (usize, usize),
     ) -> Option<GroSwitch> {
         let (first, last) = lengths;
-        let after_data = std::mem::replace(&mut self.after_data, Some(last));
+        let after_data = self.after_data.replace(last);
         if !self.capable {
             return None;
         }
