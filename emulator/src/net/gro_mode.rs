@@ -293,31 +293,29 @@ mod tests {
         assert_eq!(mode.check_failed(), None);
     }
 
+    /// [`PLAIN_RUN`] messages that each arrive as two datagrams back to back, of `lengths`
+    /// bytes, in two receives; the switches made.
+    fn back_to_back(mode: &mut GroMode, lengths: [usize; 2]) -> Vec<GroSwitch> {
+        let mut made = Vec::new();
+        for _ in 0..PLAIN_RUN {
+            mode.found_nothing(Instant::now);
+            for len in lengths {
+                let switch = mode.received(1, 1, 0, (len, len));
+                make(mode, switch, &mut made);
+            }
+        }
+        made
+    }
+
     #[test]
     fn datagrams_that_could_not_have_been_one_gso_send_do_not_keep_gro_on() {
-        // Each message with an ACK ahead of it (20 bytes, then the 24-byte answer), back to
-        // back: no GSO run could hold them, and GRO goes off as for single datagrams.
+        // Each message with an ACK ahead of it (20 bytes, then the 24-byte answer): no GSO
+        // run could hold them, and GRO goes off as for single datagrams.
         let mut mode = GroMode::new(true);
-        let mut made = Vec::new();
-        for _ in 0..PLAIN_RUN {
-            mode.found_nothing(Instant::now);
-            let switch = mode.received(1, 1, 0, (20, 20));
-            make(&mut mode, switch, &mut made);
-            let switch = mode.received(1, 1, 0, (24, 24));
-            make(&mut mode, switch, &mut made);
-        }
-        assert_eq!(made, [GroSwitch::Off]);
+        assert_eq!(back_to_back(&mut mode, [20, 24]), [GroSwitch::Off]);
         // The answer ahead of its ACK (longer, then shorter) could have been one: those
         // pairs turn it back on.
-        let mut made = Vec::new();
-        for _ in 0..PLAIN_RUN {
-            mode.found_nothing(Instant::now);
-            let switch = mode.received(1, 1, 0, (24, 24));
-            make(&mut mode, switch, &mut made);
-            let switch = mode.received(1, 1, 0, (20, 20));
-            make(&mut mode, switch, &mut made);
-        }
-        assert_eq!(made, [GroSwitch::On]);
+        assert_eq!(back_to_back(&mut mode, [24, 20]), [GroSwitch::On]);
     }
 
     #[test]
