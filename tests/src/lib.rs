@@ -72,6 +72,9 @@ pub struct SideConfig {
     pub buf_len: usize,
     /// Capacity of each CQ.
     pub cq_depth: u32,
+    /// One CQ for the send and the receive completions (`send_cq` and `recv_cq` are the
+    /// same), as many programs have.
+    pub shared_cq: bool,
 }
 
 impl Default for SideConfig {
@@ -81,6 +84,7 @@ impl Default for SideConfig {
             sq_sig_all: false,
             buf_len: 64 * 1024,
             cq_depth: 256,
+            shared_cq: false,
         }
     }
 }
@@ -108,7 +112,11 @@ impl Side {
     pub fn new(ctx: &Context, cfg: &SideConfig) -> Side {
         let pd = ctx.alloc_pd().expect("alloc_pd");
         let send_cq = ctx.create_cq(cfg.cq_depth).expect("create send CQ");
-        let recv_cq = ctx.create_cq(cfg.cq_depth).expect("create recv CQ");
+        let recv_cq = if cfg.shared_cq {
+            send_cq.clone()
+        } else {
+            ctx.create_cq(cfg.cq_depth).expect("create recv CQ")
+        };
         let qp = pd
             .qp_builder()
             .cap(cfg.cap)

@@ -306,6 +306,48 @@ fn acks_deferred_by_a_polling_receiver_leave_when_it_goes_quiet() {
     );
 }
 
+/// On a CQ shared by sends and receives, a signaled SEND completes before the receive of
+/// the answer the peer posted on taking it: the peer's ACK leaves ahead of its answer, as
+/// kernel rxe's (sent on arrival) does, also when the peer's application received the SEND
+/// while it polled and deferred the ACK to its next post. Programs written against NICs
+/// rely on this order (librpma's clients do).
+#[test]
+fn on_a_shared_cq_a_send_completes_before_the_answer_to_it() {
+    let cfg = SideConfig {
+        shared_cq: true,
+        ..SideConfig::default()
+    };
+    let (a, b) = rc_pair(FILE, 19, 20, &cfg, &RcConnectOptions::default());
+    let next_two = |side: &Side, what: &str| {
+        let wcs = poll_n(&side.send_cq, 2, what);
+        wcs.iter().map(|wc| wc.wr_id).collect::<Vec<_>>()
+    };
+    // Which thread receives is up to the scheduler: enough rounds for each to happen.
+    for i in 0..100u64 {
+        b.post_recv(i, vec![b.recv_mr.sge(0, 64).unwrap()]);
+        a.post_recv(1000 + i, vec![a.recv_mr.sge(0, 64).unwrap()]);
+        a.post_send(SendWr::send(100 + i, vec![a.send_mr.sge(0, 8).unwrap()]));
+        // b busy-polls for the SEND (taking it off the link in this thread, which defers
+        // its ACK) and answers at once.
+        let mut wc = [softverbs::WorkCompletion::default(); 1];
+        let deadline = std::time::Instant::now() + WAIT;
+        while b.recv_cq.poll(&mut wc).expect("poll_cq") == 0 {
+            assert!(std::time::Instant::now() < deadline, "round {i}: no SEND");
+        }
+        check_recv_wc(&wc[0], i, 8, None, b.qpn(), a.qpn());
+        b.post_send(SendWr::send(2000 + i, vec![b.send_mr.sge(0, 8).unwrap()]));
+        assert_eq!(
+            next_two(&a, "a's SEND and the answer"),
+            [100 + i, 1000 + i],
+            "round {i}: a's SEND first, then the answer's receive"
+        );
+        // b's answer is acknowledged before a's next SEND arrives: only its own here.
+        check_send_wc(&poll_1(&b.send_cq, "b's answer"), 2000 + i, 8, b.qpn());
+    }
+    assert_cq_empty(&a.send_cq, "a's CQ");
+    assert_cq_empty(&b.send_cq, "b's CQ");
+}
+
 /// Unsignaled SENDs ask for no ACK (the requester coalesces them): the responder still
 /// acknowledges them once the traffic pauses, so that they leave the send queue without
 /// the retransmission timer. On the UDP link, on the in-process one, and on the qemu

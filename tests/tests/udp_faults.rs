@@ -532,6 +532,7 @@ fn side_config(plans: &[&Plan]) -> SideConfig {
         sq_sig_all: true,
         buf_len,
         cq_depth: 2 * MESSAGES as u32,
+        shared_cq: false,
     }
 }
 
