@@ -266,6 +266,18 @@ fn sends_received(a: &Side, b: &Side, ids: std::ops::Range<u64>) {
     poll_n(&a.send_cq, ids.count(), "sends");
 }
 
+/// The next completion of `cq`, polled in a busy loop in this thread (at most [`WAIT`]),
+/// as a polling application takes it: so the application thread, not the engine thread,
+/// receives what it waits for. Panics with `what` if none comes.
+fn busy_poll_1(cq: &softverbs::Cq, what: &str) -> softverbs::WorkCompletion {
+    let mut wc = [softverbs::WorkCompletion::default(); 1];
+    let deadline = std::time::Instant::now() + WAIT;
+    while cq.poll(&mut wc).expect("poll_cq") == 0 {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+    }
+    wc[0]
+}
+
 /// A receiver that busy-polls takes the datagrams off the link in its own thread and defers
 /// the ACKs to its next send (so a ping-pong answer carries them in the same send call). If
 /// it then goes quiet, posting nothing and polling nothing, the ACKs must still leave
@@ -286,15 +298,8 @@ fn acks_deferred_by_a_polling_receiver_leave_when_it_goes_quiet() {
         a.post_send(SendWr::send(100 + i, vec![a.send_mr.sge(0, 64).unwrap()]));
         // b busy-polls in this thread until its receive completes (the engine thread then
         // leaves the link to it) ...
-        let mut wc = [softverbs::WorkCompletion::default(); 1];
-        let deadline = std::time::Instant::now() + WAIT;
-        while b.recv_cq.poll(&mut wc).expect("poll_cq") == 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "round {i}: no receive"
-            );
-        }
-        check_recv_wc(&wc[0], i, 64, None, b.qpn(), a.qpn());
+        let wc = busy_poll_1(&b.recv_cq, &format!("round {i}: no receive"));
+        check_recv_wc(&wc, i, 64, None, b.qpn(), a.qpn());
         // ... and then does nothing: a's send completes all the same.
         check_send_wc(&poll_1(&a.send_cq, "send"), 100 + i, 64, a.qpn());
     }
@@ -329,12 +334,8 @@ fn on_a_shared_cq_a_send_completes_before_the_answer_to_it() {
         a.post_send(SendWr::send(100 + i, vec![a.send_mr.sge(0, 8).unwrap()]));
         // b busy-polls for the SEND (taking it off the link in this thread, which defers
         // its ACK) and answers at once.
-        let mut wc = [softverbs::WorkCompletion::default(); 1];
-        let deadline = std::time::Instant::now() + WAIT;
-        while b.recv_cq.poll(&mut wc).expect("poll_cq") == 0 {
-            assert!(std::time::Instant::now() < deadline, "round {i}: no SEND");
-        }
-        check_recv_wc(&wc[0], i, 8, None, b.qpn(), a.qpn());
+        let wc = busy_poll_1(&b.recv_cq, &format!("round {i}: no SEND"));
+        check_recv_wc(&wc, i, 8, None, b.qpn(), a.qpn());
         b.post_send(SendWr::send(2000 + i, vec![b.send_mr.sge(0, 8).unwrap()]));
         assert_eq!(
             next_two(&a, "a's SEND and the answer"),
