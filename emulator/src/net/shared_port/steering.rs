@@ -36,12 +36,6 @@ const RET_A: u16 = 0x16;
 
 /// Offset of the destination QPN's top byte in the BTH: the owner's slot.
 const QPN_SLOT_BYTE: u32 = 5;
-
-/// The slot a RoCE packet (`bth`: its UDP payload, from the BTH on) is steered to: the byte
-/// the program reads. `None` for a datagram too short to hold one.
-pub fn slot_of(bth: &[u8]) -> Option<u8> {
-    bth.get(QPN_SLOT_BYTE as usize).copied()
-}
 /// Offset of the destination QPN's low byte: the index a probe names.
 const QPN_LOW_BYTE: u32 = 7;
 /// Ethernet header bytes before the IPv4 header of a frame.
@@ -50,6 +44,12 @@ const ETHERNET_BYTES: u32 = 14;
 const UDP_BYTES: u32 = 8;
 /// The Ethernet type of IPv4.
 const ETHERTYPE_IPV4: u32 = 0x0800;
+
+/// The slot a RoCE packet (`bth`: its UDP payload, from the BTH on) is steered to: the byte
+/// the program reads. `None` for a datagram too short to hold one.
+pub fn slot_of(bth: &[u8]) -> Option<u8> {
+    bth.get(QPN_SLOT_BYTE as usize).copied()
+}
 
 /// What the members' sockets receive, and so where the BTH is in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
