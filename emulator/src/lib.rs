@@ -59,7 +59,8 @@
 //! - `net::socket_options` and `net::batched_io`: socket options and `recvmmsg` / `sendmmsg` with GSO /
 //!   GRO control messages that `socket2` does not offer;
 //! - `engine::event_fd`: the eventfd(2) behind every fd-backed event queue;
-//! - `engine::fork_guard`: `pthread_atfork`, to tell a forked child's inherited devices.
+//! - `engine::fork_guard`: `pthread_atfork`, to tell a forked child's inherited devices;
+//! - `engine::exit_hook`: `atexit`, to hand over shared ports when the process exits.
 //!
 //! Everything else, the transport and the wire format in particular, is safe code.
 #![deny(unsafe_code)]

@@ -38,6 +38,7 @@ pub mod device_timers;
 pub mod engine_thread;
 pub mod event_fd;
 pub mod event_queue;
+mod exit_hook;
 mod fork_guard;
 pub mod gsi;
 mod id_hash;

@@ -23,6 +23,8 @@ use crate::net::Link;
 
 /// How long an open waits for a closing instance of the same device to release its address.
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
+/// How long the exit hook waits for an open or close in progress on another thread.
+const EXIT_WAIT: Duration = Duration::from_millis(100);
 
 #[derive(Default)]
 struct Registry {
@@ -93,12 +95,34 @@ pub fn open_device(name: &str) -> VerbsResult<EmuContext> {
             link
         }
     };
+    if link.shared_port().is_some() {
+        super::exit_hook::install(hand_over_shared_ports);
+    }
     let device = Arc::new(Device::new(config, link));
     let device_weak = Arc::downgrade(&device);
     let runtime = Arc::new(DeviceRuntime::start(device)?);
     reg.open
         .insert(name.to_string(), (Arc::downgrade(&runtime), device_weak));
     EmuContext::new(runtime)
+}
+
+/// Hands over the shared ports of the devices this process opened and still has open (the
+/// exit hook's work, see `exit_hook`). A device a forked child inherited is its parent's.
+pub(crate) fn hand_over_shared_ports() {
+    let Some(guard) = REGISTRY.try_lock_for(EXIT_WAIT) else {
+        return;
+    };
+    let devices: Vec<Arc<Device>> = guard
+        .iter()
+        .flat_map(|reg| reg.open.values())
+        .filter_map(|(_, device)| device.upgrade())
+        .collect();
+    drop(guard);
+    for device in devices.iter().filter(|d| d.opened_here()) {
+        if let Err(e) = device.link.hand_over_shared_port() {
+            tracing::debug!(error = %e, device = %device.config.name, "hand-over at exit failed");
+        }
+    }
 }
 
 /// Binds the socket (or attaches to the channel network) that device `config` receives on.

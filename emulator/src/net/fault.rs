@@ -393,6 +393,10 @@ impl Link for FaultyLink {
         self.inner.shared_port()
     }
 
+    fn hand_over_shared_port(&self) -> std::io::Result<()> {
+        self.inner.hand_over_shared_port()
+    }
+
     fn carries_multicast(&self) -> bool {
         self.inner.carries_multicast()
     }

@@ -170,6 +170,13 @@ pub trait Link: Send + Sync {
         None
     }
 
+    /// Before this link's socket closes (its process exiting): when it is a member of a
+    /// shared port, steers nothing more to it and passes on what it holds for others
+    /// ([`shared_port::member::Member::hand_over`]). Nothing to do for any other link.
+    fn hand_over_shared_port(&self) -> io::Result<()> {
+        Ok(())
+    }
+
     /// Whether [`Link::wait_readable`] and [`Link::recv_ready`] are real: waiting without
     /// receiving, and receiving without waiting. Then the engine thread and polling
     /// applications can share the receive path; a link answering `false` is only ever used

@@ -40,6 +40,7 @@ fn member_role() {
         "ud" => roles::ud_role(),
         "ring" => roles::ring_role(),
         "plain" => roles::plain_role(),
+        "exit" => roles::exit_role(),
         "cm" => cm::client_role(&words[1..]),
         "cm_listen" => cm::listen_role(),
         "fork" => roles::fork_role(),
@@ -382,4 +383,41 @@ fn sidr_from_another_process_on_the_same_device_resolves_and_delivers() {
     );
     assert_eq!(&landing.to_vec()[40..50], b"datagram 3");
     client.finish();
+}
+
+/// A process that exits with its device open (as every C program on the drop-in does)
+/// hands its share of the port over first (`engine::exit_hook`): its exit runs a probe
+/// round, which this process answers while the leaver still holds its slot; then this
+/// process notices it gone and runs a round of its own. Without the hook only the latter
+/// happens, and whatever the kernel put in the closing socket meanwhile was lost.
+#[test]
+fn a_process_that_exits_with_its_device_open_hands_its_share_over_first() {
+    let dev = Dev::new(9);
+    let ctx = dev.open();
+    let counters = || {
+        let emu = ctx.emulator().expect("emulated");
+        let c = emu.shared_counters().expect("shared");
+        (
+            c.probes_answered.load(Ordering::Relaxed),
+            c.probe_rounds.load(Ordering::Relaxed),
+        )
+    };
+    let leaver = Child::spawn("exit", &dev);
+    leaver.expect("open");
+    // The leaver's join round is over once it says so.
+    let (answered, rounds) = counters();
+    leaver.finish();
+    let started = std::time::Instant::now();
+    while counters().1 == rounds {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "this process never noticed the leaver gone"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        counters(),
+        (answered + 2, rounds + 1),
+        "a probe of the leaver's hand-over, then one of our own round"
+    );
 }

@@ -206,6 +206,15 @@ pub fn plain_role() {
     wait_for_parent();
 }
 
+/// Role `exit`: opens the device, says its slot, and when told to go calls `exit` with the
+/// device still open, as a C program on the drop-in libraries does.
+pub fn exit_role() {
+    let ctx = Dev::from_env().open();
+    say(&format!("open slot={}", slot_of(&ctx)));
+    wait_for_parent();
+    std::process::exit(0);
+}
+
 /// Role `fork`: opens the device, makes a QP, then forks. The child finds every verbs call
 /// on the inherited objects refused with EPERM, opens the device again as a member of its
 /// own (another slot, its QPNs in it) and exits; then this process, whose slot the child

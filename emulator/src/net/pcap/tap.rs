@@ -266,6 +266,10 @@ impl Link for PcapTap {
         self.inner.shared_port()
     }
 
+    fn hand_over_shared_port(&self) -> std::io::Result<()> {
+        self.inner.hand_over_shared_port()
+    }
+
     fn carries_multicast(&self) -> bool {
         self.inner.carries_multicast()
     }

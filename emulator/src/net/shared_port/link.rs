@@ -207,15 +207,15 @@ impl ProbeFace for SharedLink {
             .map(drop)
     }
 
-    fn take_ready(&self) -> io::Result<()> {
+    fn take_ready(&self) -> io::Result<usize> {
         let mut got = Vec::new();
-        self.udp.recv_ready(64, &mut |d| got.push(d.to_owned()))?;
+        let taken = self.udp.recv_ready(64, &mut |d| got.push(d.to_owned()))?;
         for d in got {
             if let Some(d) = self.route(d.view()) {
                 self.pending.push(d.to_owned());
             }
         }
-        Ok(())
+        Ok(taken)
     }
 
     fn attach(&self, program: &[BpfInsn]) -> io::Result<()> {
@@ -271,6 +271,10 @@ impl Link for SharedLink {
 
     fn shared_port(&self) -> Option<&Member> {
         Some(&self.member)
+    }
+
+    fn hand_over_shared_port(&self) -> io::Result<()> {
+        self.member.hand_over(self).map(drop)
     }
 
     fn carries_multicast(&self) -> bool {
@@ -368,5 +372,14 @@ impl Link for SharedLink {
             })?;
         }
         Ok(total)
+    }
+}
+
+impl Drop for SharedLink {
+    fn drop(&mut self) {
+        // The socket closes right after: see `Member::hand_over`.
+        if let Err(e) = self.member.hand_over(self) {
+            tracing::debug!(error = %e, "handing over the shared port failed");
+        }
     }
 }

@@ -30,6 +30,11 @@ const PROBE_WAIT: Duration = Duration::from_secs(1);
 /// opening a device at once join one after the other, each probe round waiting for every
 /// member's engine thread to be scheduled on a loaded machine.
 pub const MEMBERSHIP_WAIT: Duration = Duration::from_secs(30);
+/// How long a hand-over waits for another member's membership change to end.
+const HAND_OVER_WAIT: Duration = Duration::from_millis(500);
+/// Most receive calls a hand-over empties its socket with (each takes what is queued, up to
+/// a batch): bounds the work of a member leaving while a peer floods it.
+const HAND_OVER_DRAINS: usize = 64;
 
 /// What port sharing did, for `devices -v` and the tests.
 #[derive(Debug, Default)]
@@ -56,8 +61,9 @@ pub trait ProbeFace {
     /// Sends `probe` into the port group, in the face's framing.
     fn send_probe(&self, probe: Probe) -> io::Result<()>;
     /// Receives what is waiting on the socket, keeping datagrams for the next receive call
-    /// and answering probes (with [`Member::answer_probe`]) on the way.
-    fn take_ready(&self) -> io::Result<()>;
+    /// and answering probes (with [`Member::answer_probe`]) on the way. Returns how many
+    /// datagrams it received (0: the socket was empty).
+    fn take_ready(&self) -> io::Result<usize>;
     /// Attaches `program` as the group's steering program.
     fn attach(&self, program: &[BpfInsn]) -> io::Result<()>;
     /// Detaches the group's steering program, if any.
@@ -78,12 +84,21 @@ pub enum Route {
 struct State {
     /// What this member published last.
     info: MemberInfo,
-    /// The members of the program this member attached last (slot, index).
+    /// The members (slot, index) of the newest round this member knows the map of: its
+    /// own last round's, or another member's newer one read from the registry (see
+    /// `check_membership`). The liveness checks watch these.
     steering: Vec<(u8, u32)>,
+    /// The round `steering` is the map of.
+    steering_generation: u64,
+    /// How many members the newest round this member answered probed.
+    newest_round_size: usize,
     /// The last round attached a program (it detached it when this member was alone).
     steered: bool,
     last_liveness_check: Instant,
     reprobe_wanted: bool,
+    /// This member has handed over ([`Member::hand_over`]): it never probes again, which
+    /// would steer to it once more.
+    left: bool,
 }
 
 /// One member of a shared device (see the module docs).
@@ -115,9 +130,12 @@ impl Member {
                     qps: 0,
                 },
                 steering: Vec::new(),
+                steering_generation: 0,
+                newest_round_size: 0,
                 steered: false,
                 last_liveness_check: Instant::now(),
                 reprobe_wanted: false,
+                left: false,
             }),
             claim,
             counters: SharedCounters::default(),
@@ -215,9 +233,53 @@ impl Member {
         }
         let mut state = self.state.lock();
         state.steering = answered.clone();
+        state.steering_generation = generation;
         state.steered = steered;
         state.reprobe_wanted = false;
         Ok(answered)
+    }
+
+    /// Before this member's socket closes (its device closed, or its process exiting, see
+    /// `engine::exit_hook`): under the registry's lock, a probe round finds every member's
+    /// index as it is now, then a program is attached that steers nothing more to this
+    /// member: the others stay where they are, and what names no member (QP1, a gone slot)
+    /// goes to one of them rather than to the kernel's hash; then what was already queued
+    /// on the socket is received, another member's passed on to it. Without this, whatever
+    /// the kernel put in a socket that was closing was lost: datagrams hashed to it (the
+    /// fallback of a program made stale by an earlier departure), which RC only recovered
+    /// seconds later by retransmission. After the close the kernel moves the group's last
+    /// socket into this one's index: until a survivor's liveness check re-probes, that
+    /// member's datagrams take the hash and are forwarded, not lost. Returns whether a
+    /// program was attached (not when this member is alone, or has handed over already).
+    pub fn hand_over(&self, face: &dyn ProbeFace) -> io::Result<bool> {
+        {
+            let state = self.state.lock();
+            // A forked child's copy of its parent's membership is not its own to end.
+            if state.left || state.info.pid != std::process::id() {
+                return Ok(false);
+            }
+        }
+        let held = self.registry.lock_membership(HAND_OVER_WAIT)?;
+        // The published indices may be stale: a member that left moved the last one.
+        let members = self.reprobe(&held, face)?;
+        self.state.lock().left = true;
+        let Some((others, fallback)) = leaving_plan(&members, self.slot()) else {
+            return Ok(false);
+        };
+        let program = steering::program_falling_back(face.framing(), &others, fallback)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "no steering program for members",
+                )
+            })?;
+        face.attach(&program)?;
+        for _ in 0..HAND_OVER_DRAINS {
+            if face.take_ready()? == 0 {
+                break;
+            }
+        }
+        Ok(true)
     }
 
     /// Whether the group's steering program is attached (false while this member is alone
@@ -234,6 +296,7 @@ impl Member {
         let mut state = self.state.lock();
         state.info.index = Some(u32::from(probe.index));
         state.info.generation = probe.generation;
+        state.newest_round_size = usize::from(probe.members);
         let _ = self.claim.publish(state.info);
     }
 
@@ -367,9 +430,18 @@ impl Member {
     /// Every [`LIVENESS_PERIOD`]: whether a member the program steers to is gone; if so (or
     /// a forward found one gone), a re-probe when the membership lock is free. Returns the
     /// members of the new program when there was a round.
+    ///
+    /// A round another member ran (a join, a hand-over) is learnt from the registry at the
+    /// next check: fewer members alive than it probed means one has gone since; otherwise
+    /// its map is the one watched from then on. Without this, a member whose last own round
+    /// was older never noticed the departure of one that joined after it.
     pub fn check_membership(&self, face: &dyn ProbeFace) -> io::Result<Option<Vec<(u8, u32)>>> {
-        let wanted = {
+        let (wanted, newer_round) = {
             let mut state = self.state.lock();
+            if state.left {
+                return Ok(None);
+            }
+            let mut newer_round = None;
             if state.last_liveness_check.elapsed() >= LIVENESS_PERIOD {
                 state.last_liveness_check = Instant::now();
                 let gone = state
@@ -377,9 +449,24 @@ impl Member {
                     .iter()
                     .any(|&(slot, _)| !self.registry.is_held(slot).unwrap_or(true));
                 state.reprobe_wanted |= gone;
+                if state.info.generation > state.steering_generation {
+                    newer_round = Some((state.info.generation, state.newest_round_size));
+                }
             }
-            state.reprobe_wanted
+            (state.reprobe_wanted, newer_round)
         };
+        let mut wanted = wanted;
+        if let (false, Some((generation, probed))) = (wanted, newer_round) {
+            let live = self.registry.members()?;
+            let mut state = self.state.lock();
+            if live.len() < probed {
+                state.reprobe_wanted = true;
+                wanted = true;
+            } else {
+                state.steering = last_round(&live);
+                state.steering_generation = generation;
+            }
+        }
         if wanted {
             // Another member busy with a change will probe for everyone.
             if let Ok(held) = self.registry.lock_membership(Duration::ZERO) {
@@ -398,6 +485,25 @@ fn steering_program(face: &dyn ProbeFace, members: &[(u8, u32)]) -> io::Result<V
             "no steering program for members",
         )
     })
+}
+
+/// What the member in slot `leaving` steers to before its socket closes, given the group's
+/// `members` (slot, index; itself among them): the other members at their indices, and
+/// the index that takes what names no member: one that survives the close (the kernel
+/// moves the group's last socket into the leaver's index), or the last one if it is the
+/// only other member (then the hash has no one else to choose). `None` when `leaving` is
+/// not among `members` or no one else is.
+fn leaving_plan(members: &[(u8, u32)], leaving: u8) -> Option<(Vec<(u8, u32)>, u32)> {
+    members.iter().find(|&&(slot, _)| slot == leaving)?;
+    let last = members.iter().map(|&(_, index)| index).max()?;
+    let others: Vec<(u8, u32)> = members
+        .iter()
+        .copied()
+        .filter(|&(slot, _)| slot != leaving)
+        .collect();
+    let indices = || others.iter().map(|&(_, index)| index);
+    let fallback = indices().filter(|&i| i != last).min().or(indices().min())?;
+    Some((others, fallback))
 }
 
 /// The members (slot, index) the last probe round found among `members`: those whose
@@ -441,5 +547,25 @@ mod tests {
         ];
         assert_eq!(last_round(&members), [(1, 0), (3, 1)]);
         assert_eq!(last_round(&members[3..]), []);
+    }
+
+    #[test]
+    fn a_leaver_keeps_the_others_and_sends_what_names_no_one_to_an_index_that_survives() {
+        let group = [(4, 0), (7, 1), (9, 2), (2, 3)];
+        // Slot 7 leaves: slot 2's socket will move into index 1, so index 0 takes the rest.
+        assert_eq!(
+            leaving_plan(&group, 7),
+            Some((vec![(4, 0), (9, 2), (2, 3)], 0))
+        );
+        // The first leaves: the fallback is not the last index.
+        assert_eq!(
+            leaving_plan(&group, 4),
+            Some((vec![(7, 1), (9, 2), (2, 3)], 1))
+        );
+        // Two members: the one left takes everything, wherever it ends up.
+        assert_eq!(leaving_plan(&[(3, 0), (5, 1)], 3), Some((vec![(5, 1)], 1)));
+        assert_eq!(leaving_plan(&[(3, 0), (5, 1)], 5), Some((vec![(3, 0)], 0)));
+        assert_eq!(leaving_plan(&[(3, 0)], 3), None, "alone");
+        assert_eq!(leaving_plan(&group, 8), None, "not a member");
     }
 }

@@ -258,8 +258,9 @@ impl ProbeFace for SharedQemuLink {
         self.socket.send_to(&frame, self.frames_local).map(drop)
     }
 
-    fn take_ready(&self) -> io::Result<()> {
+    fn take_ready(&self) -> io::Result<usize> {
         let mut buf = self.recv_buf.lock();
+        let mut taken = 0;
         for _ in 0..TAKEN_PER_LOOK {
             let (len, src) = match self.socket.recv_from(&mut buf) {
                 Ok(got) => got,
@@ -270,8 +271,9 @@ impl ProbeFace for SharedQemuLink {
                 Err(e) => return Err(e),
             };
             self.take_frame(&buf[..len], src)?;
+            taken += 1;
         }
-        Ok(())
+        Ok(taken)
     }
 
     fn attach(&self, program: &[BpfInsn]) -> io::Result<()> {
@@ -347,5 +349,18 @@ impl Link for SharedQemuLink {
 
     fn shared_port(&self) -> Option<&Member> {
         Some(&self.member)
+    }
+
+    fn hand_over_shared_port(&self) -> io::Result<()> {
+        self.member.hand_over(self).map(drop)
+    }
+}
+
+impl Drop for SharedQemuLink {
+    fn drop(&mut self) {
+        // The frames socket closes right after: see `Member::hand_over`.
+        if let Err(e) = self.member.hand_over(self) {
+            tracing::debug!(error = %e, "handing over the shared frames socket failed");
+        }
     }
 }

@@ -81,6 +81,17 @@ pub fn probe_qpn(index: u8) -> u32 {
 /// else to any member. `None` for more than [`MAX_MEMBERS`] members or a slot outside
 /// 1..=254.
 pub fn program(framing: Framing, members: &[(u8, u32)]) -> Option<Vec<BpfInsn>> {
+    program_falling_back(framing, members, ANY_MEMBER)
+}
+
+/// [`program`] with what names no member (QP1, a gone slot, a frame that is not IPv4) sent
+/// to index `fallback` rather than to the kernel's hash: a member about to leave steers so
+/// that nothing more lands in its socket (see `Member::hand_over`).
+pub fn program_falling_back(
+    framing: Framing,
+    members: &[(u8, u32)],
+    fallback: u32,
+) -> Option<Vec<BpfInsn>> {
     if members.len() > MAX_MEMBERS
         || members
             .iter()
@@ -95,7 +106,7 @@ pub fn program(framing: Framing, members: &[(u8, u32)]) -> Option<Vec<BpfInsn>> 
             insn(LD_H_ABS, 0, 0, ETHERNET_BYTES - 2),
             // Not IPv4 (ARP, IPv6 neighbour discovery): any member, which passes ARP on.
             insn(JEQ_K, 1, 0, ETHERTYPE_IPV4),
-            insn(RET_K, 0, 0, ANY_MEMBER),
+            insn(RET_K, 0, 0, fallback),
             // X = the IPv4 header's length, so options do not move the BTH out of reach.
             insn(LDX_B_MSH, 0, 0, ETHERNET_BYTES),
             insn(LD_B_IND, 0, 0, ETHERNET_BYTES + UDP_BYTES + QPN_SLOT_BYTE),
@@ -117,7 +128,7 @@ pub fn program(framing: Framing, members: &[(u8, u32)]) -> Option<Vec<BpfInsn>> 
         p.push(insn(JEQ_K, 0, 1, u32::from(slot)));
         p.push(insn(RET_K, 0, 0, index));
     }
-    p.push(insn(RET_K, 0, 0, ANY_MEMBER));
+    p.push(insn(RET_K, 0, 0, fallback));
     Some(p)
 }
 
@@ -180,6 +191,19 @@ mod tests {
         assert_eq!(run(&p, &bth(0xff_ffff)), 0xff);
         // Too short to hold a QPN: the load fails, index 0 (garbage goes somewhere).
         assert_eq!(run(&p, &[4, 0, 0]), 0);
+    }
+
+    #[test]
+    fn a_fallback_takes_what_names_no_member_in_both_framings() {
+        let p = program_falling_back(UdpPayload, &[(3, 0), (9, 2)], 2).unwrap();
+        assert_eq!(run(&p, &bth(0x03_0011)), 0);
+        assert_eq!(run(&p, &bth(probe_qpn(1))), 1);
+        assert_eq!(run(&p, &bth(1)), 2, "QP1");
+        assert_eq!(run(&p, &bth(0x07_0001)), 2, "a slot no member has");
+        let p = program_falling_back(EthernetFrame, &[(3, 0)], 4).unwrap();
+        assert_eq!(run(&p, &frame(0x0806, 5, &bth(0x03_0011))), 4, "ARP");
+        assert_eq!(run(&p, &frame(0x0800, 5, &bth(1))), 4);
+        assert_eq!(run(&p, &frame(0x0800, 5, &bth(0x03_0011))), 0);
     }
 
     #[test]

@@ -237,9 +237,14 @@ mod shared_links {
         let forwarded = |m: &Member| m.link.counters().forwarded_out.load(Ordering::Relaxed);
         assert_eq!(forwarded(&a) + forwarded(&b), 0, "steered, not forwarded");
 
-        // Alone again once B is gone: A notices, re-probes and drops the program.
+        // Alone again once B is gone: A notices, re-probes and drops the program. B ran
+        // the last round (its join), so A learns of it from the registry (see
+        // `Member::check_membership`).
+        let rounds = || a.link.counters().probe_rounds.load(Ordering::Relaxed);
+        assert_eq!(rounds(), 1, "A's join");
         drop(b);
-        eventually("A never dropped the program", || !a.link.steered());
+        eventually("A never re-probed", || rounds() == 2);
+        assert!(!a.link.steered(), "alone: no program");
         send(1 << 16 | 9);
         assert_eq!(a.next(), Some(1 << 16 | 9));
     }
@@ -433,6 +438,83 @@ mod shared_links {
         assert_eq!(a.next(), Some(1));
         assert!(started.elapsed() >= super::super::unclaimed::HOLD);
         assert_eq!(b.pump.got.try_recv().ok(), None);
+    }
+
+    /// A member that leaves (no longer receiving, as a process that is exiting) hands over
+    /// first: what waited in its socket for another member reaches that member, and from
+    /// then on nothing lands in its socket, neither its fellows' datagrams nor those that
+    /// name no member (which the kernel's hash used to spread over every socket, the
+    /// closing one too).
+    #[test]
+    fn a_member_that_leaves_hands_over_and_nothing_more_lands_in_its_socket() {
+        let ip = IpAddr::V4(Ipv4Addr::new(127, 29, 6, 1));
+        let port = free_port(ip);
+        let reg = scratch_registry("hand-over");
+        let a = Member::join(&reg, ip, port);
+        let mut b = Member::join(&reg, ip, port);
+        let c = Member::join(&reg, ip, port);
+        let tx = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
+        let to = SocketAddr::new(ip, port);
+        let send = |qpn: u32| {
+            tx.send_to(&bth(qpn), to).unwrap();
+        };
+        // c's datagrams put in b's socket (as a stale program could), b no longer reading.
+        const EVERYTHING_TO_SECOND: [super::super::steering::BpfInsn; 1] =
+            [super::super::steering::BpfInsn {
+                code: 0x06,
+                jt: 0,
+                jf: 0,
+                k: 1,
+            }];
+        crate::net::shared_port::attach_reuseport_cbpf(
+            b.link.socket_for_tests(),
+            &EVERYTHING_TO_SECOND,
+        )
+        .unwrap();
+        b.pump.stop();
+        for n in 0..5u32 {
+            send(3 << 16 | n);
+        }
+        b.link.hand_over_shared_port().unwrap();
+        // Datagrams for a and c, and QP0's (whoever receives them keeps them) from 24
+        // senders: the kernel's hash, by sender, would put some in every socket.
+        let senders: Vec<UdpSocket> = (0..24)
+            .map(|_| UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap())
+            .collect();
+        for (n, sender) in (5..29u32).zip(&senders) {
+            send(3 << 16 | n);
+            send(1 << 16 | n);
+            sender.send_to(&bth(0), to).unwrap();
+        }
+        let mut in_b = Vec::new();
+        b.link
+            .recv_ready(64, &mut |d| in_b.push(d.payload[7]))
+            .unwrap();
+        assert_eq!(in_b, [], "nothing landed in the leaving member's socket");
+        drop(b);
+        let drain = |m: &Member| -> Vec<u32> {
+            std::iter::from_fn(|| m.pump.got.recv_timeout(Duration::from_millis(300)).ok())
+                .collect()
+        };
+        let (got_a, got_c) = (drain(&a), drain(&c));
+        let of = |got: &[u32], slot: u32| {
+            got.iter()
+                .filter(|&&q| q >> 16 == slot)
+                .map(|&q| q & 0xffff)
+                .collect::<Vec<u32>>()
+        };
+        assert_eq!(
+            of(&got_c, 3),
+            (0..29).collect::<Vec<u32>>(),
+            "all of c's, in order"
+        );
+        assert_eq!(of(&got_a, 1), (5..29).collect::<Vec<u32>>(), "all of a's");
+        let qp0 = |got: &[u32]| got.iter().filter(|&&q| q == 0).count();
+        assert_eq!(
+            qp0(&got_a) + qp0(&got_c),
+            24,
+            "every QP0 datagram reached a or c"
+        );
     }
 
     #[test]
