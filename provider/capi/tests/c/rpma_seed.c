@@ -28,7 +28,7 @@
  * Then the client sends a last message (DONE); on it the server checks the client's slice
  * byte by byte (its write, the untouched gap, the atomic word, the untouched tail) and sends
  * the client an acknowledgement (the client posted a receive with rpma_conn_req_recv before
- * connecting). The server disconnects once every acknowledgement's send completed, the client
+ * connecting). The server disconnects once the acknowledgement's send completed, the client
  * after it sees the connection closed; each side deletes its connection once it is closed.
  *
  * Every completion is checked: status IBV_WC_SUCCESS, opcode, wr_id (the op_context).
@@ -444,20 +444,18 @@ static int server(const char *addr, const char *port, unsigned nconn) {
         check_wc(&swc, send_ctx, IBV_WC_SEND, IBV_WC_SEND, "acknowledgement send");
         CHECK(swc.qp_num == s->qp_num, "ack send: qp_num %u, expected %u", swc.qp_num,
               s->qp_num);
+        /* The server disconnects first, once the acknowledgement is acknowledged: a client
+         * disconnecting as soon as it has the message could have its DREQ move this QP to
+         * ERR before the transport's ACK of that SEND arrives (flushing a delivered send).
+         * The client then exits while the others are mid-exchange on the same device: its
+         * process leaves the shared port, which must lose nothing of theirs. */
+        RPMA(rpma_conn_disconnect(s->conn));
         s->done = 1;
         acked++;
         printf("server: client %u's %d messages and slice verified\n", h.id, K);
         fflush(stdout);
     }
     CHECK(acked == nconn, "%u of %u clients acknowledged", acked, nconn);
-    /* The server disconnects first, once every acknowledgement is acknowledged: a client
-     * disconnecting as soon as it has the message could have its DREQ move this QP to ERR
-     * before the transport's ACK of that SEND arrives (flushing a delivered send). And all
-     * at once at the end: a client process that exits leaves the device's shared port,
-     * whose steering then loses datagrams for the others for a moment (RC retransmits
-     * them, seconds later); the exchanges under test are over by then. */
-    for (unsigned c = 0; c < nconn; c++)
-        RPMA(rpma_conn_disconnect(sc[c].conn));
     for (unsigned id = 0; id < nconn; id++)
         for (unsigned q = 0; q <= K; q++)
             CHECK(seen[id][q], "message (client %u, seq %u) never came", id, q);
@@ -668,8 +666,8 @@ static int client(const char *addr, const char *port, unsigned id) {
 
     /* 6. DONE, then the server's acknowledgement. Both complete on the one CQ, usually the
      * send first (its ACK leaves the server before the answer), but the verbs do not order a
-     * send's completion against a receive's: a lost ACK (one sent while another process
-     * sharing the device left it) completes the send only when its retry is answered. */
+     * send's completion against a receive's: a lost ACK completes the send only when its
+     * retry is answered. */
     RPMA(rpma_send(conn, mr, MSGS + K * SLOT_SIZE, msg_len(id, K), RPMA_F_COMPLETION_ALWAYS,
                    &Ctx_send[K]));
     struct ibv_wc first;
@@ -700,7 +698,7 @@ static int client(const char *addr, const char *port, unsigned id) {
               "opcode %d)", ret, (unsigned long long)extra.wr_id, extra.opcode);
     }
 
-    /* 7. the server disconnects once every acknowledgement completed; then ours */
+    /* 7. the server disconnects once its acknowledgement completed; then ours */
     expect_conn_event(conn, ev_fd, RPMA_CONN_CLOSED, "the server's disconnect");
     RPMA(rpma_conn_disconnect(conn));
     RPMA(rpma_conn_delete(&conn));
