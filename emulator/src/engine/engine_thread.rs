@@ -184,14 +184,28 @@ enum AckTiming {
 }
 
 impl LastReceive {
-    /// The datagrams the first round of the next receive asks for: one (and no more rounds)
-    /// for an application thread after an empty receive, else a full batch.
+    /// The datagrams the first round of the next receive asks for: for an application
+    /// thread after an empty receive one, or two while datagrams come in pairs (no more
+    /// rounds), else a full batch.
     fn first_batch(&self, acks_leave: AckTiming) -> usize {
-        if acks_leave == AckTiming::Deferred && self.found_nothing {
-            1
-        } else {
-            RX_BATCH
+        match (acks_leave, self.found_nothing) {
+            (AckTiming::Deferred, true) if self.pairs => 2,
+            (AckTiming::Deferred, true) => 1,
+            _ => RX_BATCH,
         }
+    }
+
+    /// Notes a receive that asked for `asked` datagrams first and got `total`.
+    fn received(&mut self, asked: usize, total: usize) {
+        if self.after_lone {
+            self.pairs = total > 0;
+        }
+        self.after_lone = self.found_nothing && asked < RX_BATCH && total == 1;
+        if asked == 2 && total >= 2 {
+            // Both came in one call, as predicted.
+            self.pairs = true;
+        }
+        self.found_nothing = total == 0;
     }
 }
 
@@ -245,7 +259,7 @@ fn receive_ready(
         }
     }
     super::receive_batch::BATCH_NOW.with(|n| n.set(super::receive_batch::BatchClock::Outside));
-    last.found_nothing = total == 0;
+    last.received(first_batch, total);
     // The newest ACK of each connection the batch acknowledged.
     let mut acks = if holding {
         super::ack_hold::end()
@@ -355,15 +369,57 @@ mod tests {
     fn an_application_receives_one_datagram_after_an_empty_receive_and_a_batch_after_a_full_one() {
         let idle = LastReceive {
             found_nothing: true,
+            ..LastReceive::default()
         };
         let busy = LastReceive {
             found_nothing: false,
+            ..LastReceive::default()
         };
         assert_eq!(idle.first_batch(AckTiming::Deferred), 1);
         assert_eq!(busy.first_batch(AckTiming::Deferred), RX_BATCH);
         // The engine thread always takes what is there.
         assert_eq!(idle.first_batch(AckTiming::Now), RX_BATCH);
         assert_eq!(busy.first_batch(AckTiming::Now), RX_BATCH);
+    }
+
+    #[test]
+    fn after_a_lone_datagram_with_another_right_behind_it_the_application_asks_for_two() {
+        let mut last = LastReceive {
+            found_nothing: true,
+            ..LastReceive::default()
+        };
+        let receive = |last: &mut LastReceive, available: usize| {
+            let asked = last.first_batch(AckTiming::Deferred);
+            last.received(asked, asked.min(available));
+            asked
+        };
+        // A ping-pong of one datagram each way: one at a time.
+        for _ in 0..3 {
+            assert_eq!(receive(&mut last, 0), 1);
+            assert_eq!(receive(&mut last, 1), 1);
+            assert_eq!(receive(&mut last, 0), RX_BATCH, "the look after a lone one");
+        }
+        // An ACK and an answer each time: the look after the lone ACK finds the answer...
+        assert_eq!(receive(&mut last, 0), 1);
+        assert_eq!(receive(&mut last, 2), 1);
+        assert_eq!(receive(&mut last, 1), RX_BATCH);
+        // ...so from then on both are asked for at once.
+        assert!(last.pairs);
+        assert_eq!(receive(&mut last, 0), RX_BATCH, "the look after the answer");
+        assert_eq!(receive(&mut last, 2), 2);
+        assert_eq!(receive(&mut last, 0), RX_BATCH);
+        assert_eq!(receive(&mut last, 2), 2, "pairs again");
+        // The second not there yet, but right behind: still pairs.
+        assert_eq!(receive(&mut last, 0), RX_BATCH);
+        assert_eq!(receive(&mut last, 1), 2);
+        assert_eq!(receive(&mut last, 1), RX_BATCH);
+        assert!(last.pairs);
+        // Lone datagrams again: back to one.
+        assert_eq!(receive(&mut last, 0), RX_BATCH);
+        assert_eq!(receive(&mut last, 1), 2);
+        assert_eq!(receive(&mut last, 0), RX_BATCH);
+        assert!(!last.pairs);
+        assert_eq!(receive(&mut last, 1), 1);
     }
 
     #[test]

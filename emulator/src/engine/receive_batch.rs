@@ -43,4 +43,10 @@ pub(crate) fn batch_now(clock: &Clock) -> u64 {
 pub(crate) struct LastReceive {
     /// It found nothing: the link is idle, and a datagram found now is likely alone.
     pub(crate) found_nothing: bool,
+    /// It found one datagram after an empty receive: the next receive tells whether
+    /// another was right behind it.
+    pub(crate) after_lone: bool,
+    /// Datagrams come in pairs: the last lone one had another right behind it (an ACK
+    /// ahead of the peer's answer, as with every SEND signaled).
+    pub(crate) pairs: bool,
 }
