@@ -30,6 +30,8 @@ const PROBE_WAIT: Duration = Duration::from_secs(1);
 /// opening a device at once join one after the other, each probe round waiting for every
 /// member's engine thread to be scheduled on a loaded machine.
 pub const MEMBERSHIP_WAIT: Duration = Duration::from_secs(30);
+/// How often a member that answered another's hand-over looks whether it is gone yet.
+const LEAVER_LOOK: Duration = Duration::from_millis(1);
 /// How long a hand-over waits for another member's membership change to end.
 const HAND_OVER_WAIT: Duration = Duration::from_millis(500);
 /// Most receive calls a hand-over empties its socket with (each takes what is queued, up to
@@ -99,6 +101,12 @@ struct State {
     /// This member has handed over ([`Member::hand_over`]): it never probes again, which
     /// would steer to it once more.
     left: bool,
+    /// A member whose hand-over round this one answered (slot, round): watched every
+    /// [`LEAVER_LOOK`] until it is gone, then a re-probe puts the member that the kernel
+    /// moved into its index back on a direct path (until then its datagrams are forwarded).
+    leaver: Option<(u8, u64)>,
+    /// When the leaver was last looked at.
+    leaver_looked: Instant,
 }
 
 /// One member of a shared device (see the module docs).
@@ -136,6 +144,8 @@ impl Member {
                 last_liveness_check: Instant::now(),
                 reprobe_wanted: false,
                 left: false,
+                leaver: None,
+                leaver_looked: Instant::now(),
             }),
             claim,
             counters: SharedCounters::default(),
@@ -148,7 +158,7 @@ impl Member {
     /// members the round found (slot, index).
     pub fn start(&self, held: &MembershipLock, face: &dyn ProbeFace) -> io::Result<Vec<(u8, u32)>> {
         self.claim.publish(self.state.lock().info)?;
-        self.reprobe(held, face)
+        self.reprobe(held, face, None)
     }
 
     /// The slot this member holds: its QPNs are `slot << 16 | n`.
@@ -192,7 +202,12 @@ impl Member {
     /// send_lat`'s). So a round of a growing group first puts back the last round's rules
     /// with the probe rule: without a program the kernel would hash every probe to the same
     /// socket.
-    fn reprobe(&self, held: &MembershipLock, face: &dyn ProbeFace) -> io::Result<Vec<(u8, u32)>> {
+    fn reprobe(
+        &self,
+        held: &MembershipLock,
+        face: &dyn ProbeFace,
+        leaving: Option<u8>,
+    ) -> io::Result<Vec<(u8, u32)>> {
         self.counters.probe_rounds.fetch_add(1, Ordering::Relaxed);
         let members = self.registry.members()?;
         if members.len() > 1 {
@@ -205,6 +220,7 @@ impl Member {
                 index,
                 generation,
                 members: probed as u16,
+                leaving,
             })?;
         }
         let started = Instant::now();
@@ -261,7 +277,7 @@ impl Member {
         }
         let held = self.registry.lock_membership(HAND_OVER_WAIT)?;
         // The published indices may be stale: a member that left moved the last one.
-        let members = self.reprobe(&held, face)?;
+        let members = self.reprobe(&held, face, Some(self.slot()))?;
         self.state.lock().left = true;
         let Some((others, fallback)) = leaving_plan(&members, self.slot()) else {
             return Ok(false);
@@ -297,6 +313,9 @@ impl Member {
         state.info.index = Some(u32::from(probe.index));
         state.info.generation = probe.generation;
         state.newest_round_size = usize::from(probe.members);
+        if let Some(slot) = probe.leaving.filter(|&slot| slot != self.claim.slot()) {
+            state.leaver = Some((slot, probe.generation));
+        }
         let _ = self.claim.publish(state.info);
     }
 
@@ -442,6 +461,18 @@ impl Member {
                 return Ok(None);
             }
             let mut newer_round = None;
+            if let Some((slot, round)) = state.leaver {
+                if state.leaver_looked.elapsed() >= LEAVER_LOOK {
+                    state.leaver_looked = Instant::now();
+                    if state.info.generation > round {
+                        // A round since (another member's re-probe) took it into account.
+                        state.leaver = None;
+                    } else if !self.registry.is_held(slot).unwrap_or(true) {
+                        state.leaver = None;
+                        state.reprobe_wanted = true;
+                    }
+                }
+            }
             if state.last_liveness_check.elapsed() >= LIVENESS_PERIOD {
                 state.last_liveness_check = Instant::now();
                 let gone = state
@@ -470,7 +501,7 @@ impl Member {
         if wanted {
             // Another member busy with a change will probe for everyone.
             if let Ok(held) = self.registry.lock_membership(Duration::ZERO) {
-                return self.reprobe(&held, face).map(Some);
+                return self.reprobe(&held, face, None).map(Some);
             }
         }
         Ok(None)

@@ -25,6 +25,10 @@ pub struct Probe {
     pub generation: u64,
     /// How many members the round probed: what a member shares the link's pacing with.
     pub members: u16,
+    /// The slot of the member whose hand-over this round is (`Member::hand_over`): the
+    /// others watch for it to be gone and re-probe then. On the wire the byte after
+    /// `members`, 0 for none (no member holds slot 0), which earlier parsers ignore.
+    pub leaving: Option<u8>,
 }
 
 impl Probe {
@@ -35,6 +39,7 @@ impl Probe {
         p[5..8].copy_from_slice(&qpn[1..4]);
         // Bytes 8..12 are the BTH's PSN word, which no steering looks at.
         p[8..10].copy_from_slice(&self.members.to_be_bytes());
+        p[10] = self.leaving.unwrap_or(0);
         p[12..20].copy_from_slice(&self.generation.to_be_bytes());
         p
     }
@@ -64,6 +69,7 @@ impl Probe {
             index: bytes[7],
             generation: u64::from_be_bytes(bytes[12..20].try_into().ok()?),
             members: u16::from_be_bytes([bytes[8], bytes[9]]),
+            leaving: (bytes[10] != 0).then_some(bytes[10]),
         })
     }
 
@@ -95,8 +101,14 @@ mod tests {
             index: 3,
             generation: 0x0102_0304_0506_0708,
             members: 2,
+            leaving: None,
         };
         assert_eq!(Probe::parse(&probe.to_bytes()), Some(probe));
+        let handing_over = Probe {
+            leaving: Some(7),
+            ..probe
+        };
+        assert_eq!(Probe::parse(&handing_over.to_bytes()), Some(handing_over));
         let frame = probe.to_frame(Ipv4Addr::new(10, 77, 0, 1), 4791);
         assert_eq!(frame.len(), FRAME_PROBE_AT + PROBE_BYTES);
         assert_eq!(Probe::parse_frame(&frame), Some(probe));

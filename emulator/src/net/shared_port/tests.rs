@@ -517,6 +517,33 @@ mod shared_links {
         );
     }
 
+    /// After a member's hand-over the others look every millisecond, not every liveness
+    /// period, whether it is gone, and re-probe once it is: the member the kernel moved
+    /// into its index is steered to directly again rather than through the hash.
+    #[test]
+    fn the_others_re_probe_as_soon_as_a_member_that_handed_over_is_gone() {
+        let ip = IpAddr::V4(Ipv4Addr::new(127, 29, 7, 1));
+        let port = free_port(ip);
+        let reg = scratch_registry("leaver");
+        let mut a = Member::join(&reg, ip, port);
+        let b = Member::join(&reg, ip, port);
+        // a's pump answers b's hand-over round.
+        b.link.hand_over_shared_port().unwrap();
+        let rounds = || a.link.counters().probe_rounds.load(Ordering::Relaxed);
+        assert_eq!(rounds(), 1, "a's join");
+        // From here a looks only when this test makes it.
+        a.pump.stop();
+        drop(b);
+        std::thread::sleep(Duration::from_millis(5));
+        a.link.wait_readable(Duration::ZERO).unwrap();
+        assert_eq!(
+            rounds(),
+            2,
+            "a re-probed at its first look after b was gone"
+        );
+        assert!(!a.link.steered(), "alone: no program");
+    }
+
     #[test]
     fn a_datagram_the_kernel_gives_the_wrong_member_is_forwarded_to_its_owner() {
         let ip = IpAddr::V4(Ipv4Addr::new(127, 29, 3, 1));
