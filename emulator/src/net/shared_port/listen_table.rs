@@ -95,6 +95,7 @@ mod tests {
                     index: None,
                     generation: 0,
                     qps: 0,
+                    left: false,
                 })
                 .unwrap();
         }

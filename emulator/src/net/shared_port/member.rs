@@ -26,6 +26,10 @@ use super::unclaimed::{Release, Unclaimed};
 pub const LIVENESS_PERIOD: Duration = Duration::from_millis(250);
 /// How long a re-probe waits for every member to answer.
 const PROBE_WAIT: Duration = Duration::from_secs(1);
+/// How long a hand-over's round waits: a process that is ending must not wait long for
+/// others that are ending too (a member that does not answer gets no rule, and its
+/// datagrams are forwarded).
+const HAND_OVER_PROBE_WAIT: Duration = Duration::from_millis(100);
 /// How long a join waits for other members' membership changes to end: many processes
 /// opening a device at once join one after the other, each probe round waiting for every
 /// member's engine thread to be scheduled on a loaded machine.
@@ -136,6 +140,7 @@ impl Member {
                     index: None,
                     generation: 0,
                     qps: 0,
+                    left: false,
                 },
                 steering: Vec::new(),
                 steering_generation: 0,
@@ -158,7 +163,7 @@ impl Member {
     /// members the round found (slot, index).
     pub fn start(&self, held: &MembershipLock, face: &dyn ProbeFace) -> io::Result<Vec<(u8, u32)>> {
         self.claim.publish(self.state.lock().info)?;
-        self.reprobe(held, face, None)
+        self.reprobe(held, face, None, PROBE_WAIT)
     }
 
     /// The slot this member holds: its QPNs are `slot << 16 | n`.
@@ -207,11 +212,14 @@ impl Member {
         held: &MembershipLock,
         face: &dyn ProbeFace,
         leaving: Option<u8>,
+        wait: Duration,
     ) -> io::Result<Vec<(u8, u32)>> {
         self.counters.probe_rounds.fetch_add(1, Ordering::Relaxed);
         let members = self.registry.members()?;
+        let staying: Vec<_> = members.iter().copied().filter(|m| !has_left(m)).collect();
         if members.len() > 1 {
-            face.attach(&steering_program(face, &last_round(&members))?)?;
+            let leavers = staying.len() < members.len();
+            face.attach(&steering_program(face, &last_round(&staying), leavers)?)?;
         }
         let generation = self.registry.next_generation(held)?;
         let probed = members.len().min(usize::from(u8::MAX));
@@ -228,24 +236,28 @@ impl Member {
             // Our own probe reaches us only through our own receive.
             face.take_ready()?;
             let members = self.registry.members()?;
+            // A member that handed over may be past answering (its process ending): its
+            // socket is probed, its answer not awaited.
+            let staying = members.iter().filter(|m| !has_left(m)).count();
             let answered: Vec<(u8, u32)> = members
                 .iter()
+                .filter(|m| !has_left(m))
                 .filter_map(|&(slot, info)| {
                     let info = info.filter(|i| i.generation == generation)?;
                     Some((slot, info.index?))
                 })
                 .collect();
-            if answered.len() == members.len() || started.elapsed() > PROBE_WAIT {
-                break (answered, members.len());
+            if answered.len() == staying || started.elapsed() > wait {
+                break (answered, members.len(), staying);
             }
             std::thread::sleep(Duration::from_millis(1));
         };
-        let (answered, live) = answered;
+        let (answered, live, staying) = answered;
         let alone = live == 1 && matches!(answered[..], [(slot, _)] if slot == self.slot());
         // A kernel without SO_DETACH_REUSEPORT_BPF (before 5.8) keeps a program.
         let steered = !(alone && face.detach().is_ok());
         if steered {
-            face.attach(&steering_program(face, &answered)?)?;
+            face.attach(&steering_program(face, &answered, staying < live)?)?;
         }
         let mut state = self.state.lock();
         state.steering = answered.clone();
@@ -277,7 +289,7 @@ impl Member {
         }
         let held = self.registry.lock_membership(HAND_OVER_WAIT)?;
         // The published indices may be stale: a member that left moved the last one.
-        let members = self.reprobe(&held, face, Some(self.slot()))?;
+        let members = self.reprobe(&held, face, Some(self.slot()), HAND_OVER_PROBE_WAIT)?;
         self.state.lock().left = true;
         let Some((others, fallback)) = leaving_plan(&members, self.slot()) else {
             return Ok(false);
@@ -295,6 +307,10 @@ impl Member {
                 break;
             }
         }
+        // Rounds until the socket closes probe it but neither wait for it nor steer to it.
+        let mut state = self.state.lock();
+        state.info.left = true;
+        self.claim.publish(state.info)?;
         Ok(true)
     }
 
@@ -501,16 +517,32 @@ impl Member {
         if wanted {
             // Another member busy with a change will probe for everyone.
             if let Ok(held) = self.registry.lock_membership(Duration::ZERO) {
-                return self.reprobe(&held, face, None).map(Some);
+                return self.reprobe(&held, face, None, PROBE_WAIT).map(Some);
             }
         }
         Ok(None)
     }
 }
 
-/// The steering program for `members` (slot, index) on `face`'s framing.
-fn steering_program(face: &dyn ProbeFace, members: &[(u8, u32)]) -> io::Result<Vec<BpfInsn>> {
-    steering::program(face.framing(), members).ok_or_else(|| {
+/// Whether a member has handed over (it published so) and is about to close its socket.
+fn has_left(member: &(u8, Option<MemberInfo>)) -> bool {
+    member.1.is_some_and(|info| info.left)
+}
+
+/// The steering program for `members` (slot, index) on `face`'s framing. While members
+/// that handed over still have their sockets (`leavers`), what names no member goes to the
+/// lowest index of `members` rather than to the kernel's hash, which could pick theirs.
+fn steering_program(
+    face: &dyn ProbeFace,
+    members: &[(u8, u32)],
+    leavers: bool,
+) -> io::Result<Vec<BpfInsn>> {
+    let lowest = members.iter().map(|&(_, index)| index).min();
+    let fallback = match lowest {
+        Some(index) if leavers => index,
+        _ => steering::ANY_MEMBER,
+    };
+    steering::program_falling_back(face.framing(), members, fallback).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidData,
             "no steering program for members",
@@ -562,6 +594,7 @@ mod tests {
             index,
             generation,
             qps: 0,
+            left: false,
         })
     }
 

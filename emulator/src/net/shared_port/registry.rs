@@ -28,14 +28,20 @@ pub struct MemberInfo {
     pub generation: u64,
     /// QPs it has open.
     pub qps: u32,
+    /// It has handed over (`Member::hand_over`) and is about to close its socket: probe
+    /// rounds still probe its index but no longer wait for its answer, nor steer to it.
+    pub left: bool,
 }
 
 impl MemberInfo {
     fn to_line(self) -> String {
         let index = self.index.map_or("-".to_string(), |i| i.to_string());
         format!(
-            "pid={} index={index} generation={} qps={}\n",
-            self.pid, self.generation, self.qps
+            "pid={} index={index} generation={} qps={}{}\n",
+            self.pid,
+            self.generation,
+            self.qps,
+            if self.left { " left=1" } else { "" }
         )
     }
 
@@ -45,6 +51,7 @@ impl MemberInfo {
             index: None,
             generation: 0,
             qps: 0,
+            left: false,
         };
         for field in text.split_whitespace() {
             let (key, value) = field.split_once('=')?;
@@ -54,6 +61,7 @@ impl MemberInfo {
                 "index" => info.index = Some(value.parse().ok()?),
                 "generation" => info.generation = value.parse().ok()?,
                 "qps" => info.qps = value.parse().ok()?,
+                "left" => info.left = value == "1",
                 _ => {}
             }
         }
@@ -264,6 +272,7 @@ mod tests {
             index: Some(1),
             generation: 5,
             qps: 3,
+            left: false,
         })
         .unwrap();
         let members = reg.members().unwrap();
@@ -276,7 +285,8 @@ mod tests {
                         pid: 41,
                         index: Some(1),
                         generation: 5,
-                        qps: 3
+                        qps: 3,
+                        left: false,
                     })
                 ),
                 (2, None)
@@ -336,8 +346,15 @@ mod tests {
             index: None,
             generation: 0,
             qps: 0,
+            left: false,
         };
         assert_eq!(MemberInfo::parse(&info.to_line()), Some(info));
+        let gone = MemberInfo {
+            left: true,
+            index: Some(2),
+            ..info
+        };
+        assert_eq!(MemberInfo::parse(&gone.to_line()), Some(gone));
         assert_eq!(MemberInfo::parse("pid=x"), None);
         assert_eq!(MemberInfo::parse("garbage"), None);
         assert_eq!(MemberInfo::parse(""), None);

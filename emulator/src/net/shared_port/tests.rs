@@ -517,6 +517,47 @@ mod shared_links {
         );
     }
 
+    /// A round run while a member that handed over still has its socket (its process
+    /// ending) probes its index but neither waits for its answer nor lets the kernel's hash
+    /// give it anything: what names no member goes to a member that stays.
+    #[test]
+    fn a_round_after_a_hand_over_neither_waits_for_the_leaver_nor_steers_to_it() {
+        let ip = IpAddr::V4(Ipv4Addr::new(127, 29, 8, 1));
+        let port = free_port(ip);
+        let reg = scratch_registry("left");
+        let a = Member::join(&reg, ip, port);
+        let mut b = Member::join(&reg, ip, port);
+        b.link.hand_over_shared_port().unwrap();
+        // b's process ends: it answers nothing more, its socket still open.
+        b.pump.stop();
+        let started = Instant::now();
+        let c = Member::join(&reg, ip, port);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "c's round waited for b: {:?}",
+            started.elapsed()
+        );
+        assert!(c.link.steered());
+        let to = SocketAddr::new(ip, port);
+        let senders: Vec<UdpSocket> = (0..24)
+            .map(|_| UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap())
+            .collect();
+        for sender in &senders {
+            sender.send_to(&bth(0), to).unwrap();
+        }
+        let drain = |m: &Member| -> usize {
+            std::iter::from_fn(|| m.pump.got.recv_timeout(Duration::from_millis(300)).ok()).count()
+        };
+        assert_eq!(
+            drain(&a) + drain(&c),
+            24,
+            "every QP0 datagram reached a or c"
+        );
+        let mut in_b = 0;
+        b.link.recv_ready(64, &mut |_| in_b += 1).unwrap();
+        assert_eq!(in_b, 0, "nothing landed in the leaver's socket");
+    }
+
     /// After a member's hand-over the others look every millisecond, not every liveness
     /// period, whether it is gone, and re-probe once it is: the member the kernel moved
     /// into its index is steered to directly again rather than through the hash.
