@@ -105,12 +105,13 @@ struct State {
     /// This member has handed over ([`Member::hand_over`]): it never probes again, which
     /// would steer to it once more.
     left: bool,
-    /// A member whose hand-over round this one answered (slot, round): watched every
-    /// [`LEAVER_LOOK`] until it is gone, then a re-probe puts the member that the kernel
-    /// moved into its index back on a direct path (until then its datagrams are forwarded).
-    leaver: Option<(u8, u64)>,
-    /// When the leaver was last looked at.
-    leaver_looked: Instant,
+    /// Members that handed over and still hold their slots (slot, the round that told
+    /// this member so: their hand-over, or a round of its own that found them): watched
+    /// every [`LEAVER_LOOK`] until one is gone, then a re-probe steers directly again to
+    /// the member its close moved (meanwhile it takes the hash, see [`plan`]).
+    leavers: Vec<(u8, u64)>,
+    /// When the leavers were last looked at.
+    leavers_looked: Instant,
 }
 
 /// One member of a shared device (see the module docs).
@@ -149,8 +150,8 @@ impl Member {
                 last_liveness_check: Instant::now(),
                 reprobe_wanted: false,
                 left: false,
-                leaver: None,
-                leaver_looked: Instant::now(),
+                leavers: Vec::new(),
+                leavers_looked: Instant::now(),
             }),
             claim,
             counters: SharedCounters::default(),
@@ -163,7 +164,7 @@ impl Member {
     /// members the round found (slot, index).
     pub fn start(&self, held: &MembershipLock, face: &dyn ProbeFace) -> io::Result<Vec<(u8, u32)>> {
         self.claim.publish(self.state.lock().info)?;
-        self.reprobe(held, face, None, PROBE_WAIT)
+        Ok(self.reprobe(held, face, None, PROBE_WAIT)?.members)
     }
 
     /// The slot this member holds: its QPNs are `slot << 16 | n`.
@@ -198,7 +199,7 @@ impl Member {
     /// One probe round: every live member learns its index, then the program is built
     /// from what they answered and attached. A member that does not answer in time gets no
     /// rule of its own (its datagrams reach it through forwarding). Returns the members
-    /// that answered (slot, index).
+    /// that answered (slot, index), with the group's size as the round saw it.
     ///
     /// A member alone in the group detaches the program instead: the kernel then hands it
     /// every datagram without running one, which it otherwise runs for each datagram the
@@ -213,13 +214,14 @@ impl Member {
         face: &dyn ProbeFace,
         leaving: Option<u8>,
         wait: Duration,
-    ) -> io::Result<Vec<(u8, u32)>> {
+    ) -> io::Result<Round> {
         self.counters.probe_rounds.fetch_add(1, Ordering::Relaxed);
         let members = self.registry.members()?;
         let staying: Vec<_> = members.iter().copied().filter(|m| !has_left(m)).collect();
         if members.len() > 1 {
-            let leavers = staying.len() < members.len();
-            face.attach(&steering_program(face, &last_round(&staying), leavers)?)?;
+            let closing = members.len() - staying.len();
+            let (rules, fallback) = plan(&last_round(&staying), members.len(), closing);
+            face.attach(&steering_program(face, &rules, fallback)?)?;
         }
         let generation = self.registry.next_generation(held)?;
         let probed = members.len().min(usize::from(u8::MAX));
@@ -257,14 +259,25 @@ impl Member {
         // A kernel without SO_DETACH_REUSEPORT_BPF (before 5.8) keeps a program.
         let steered = !(alone && face.detach().is_ok());
         if steered {
-            face.attach(&steering_program(face, &answered, staying < live)?)?;
+            let (rules, fallback) = plan(&answered, live, live - staying);
+            face.attach(&steering_program(face, &rules, fallback)?)?;
         }
         let mut state = self.state.lock();
         state.steering = answered.clone();
         state.steering_generation = generation;
         state.steered = steered;
         state.reprobe_wanted = false;
-        Ok(answered)
+        // Members still closing: this round's rules skip some; watch for them to go.
+        for &(slot, _) in members.iter().filter(|m| has_left(m)) {
+            if slot != self.slot() && !state.leavers.iter().any(|&(s, _)| s == slot) {
+                state.leavers.push((slot, generation));
+            }
+        }
+        Ok(Round {
+            members: answered,
+            sockets: live,
+            closing: live - staying,
+        })
     }
 
     /// Before this member's socket closes (its device closed, or its process exiting, see
@@ -289,19 +302,19 @@ impl Member {
         }
         let held = self.registry.lock_membership(HAND_OVER_WAIT)?;
         // The published indices may be stale: a member that left moved the last one.
-        let members = self.reprobe(&held, face, Some(self.slot()), HAND_OVER_PROBE_WAIT)?;
+        let round = self.reprobe(&held, face, Some(self.slot()), HAND_OVER_PROBE_WAIT)?;
         self.state.lock().left = true;
-        let Some((others, fallback)) = leaving_plan(&members, self.slot()) else {
+        let others: Vec<(u8, u32)> = round
+            .members
+            .iter()
+            .copied()
+            .filter(|&(slot, _)| slot != self.slot())
+            .collect();
+        if others.is_empty() {
             return Ok(false);
-        };
-        let program = steering::program_falling_back(face.framing(), &others, fallback)
-            .ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "no steering program for members",
-                )
-            })?;
-        face.attach(&program)?;
+        }
+        let (rules, fallback) = plan(&others, round.sockets, round.closing + 1);
+        face.attach(&steering_program(face, &rules, fallback)?)?;
         for _ in 0..HAND_OVER_DRAINS {
             if face.take_ready()? == 0 {
                 break;
@@ -330,7 +343,9 @@ impl Member {
         state.info.generation = probe.generation;
         state.newest_round_size = usize::from(probe.members);
         if let Some(slot) = probe.leaving.filter(|&slot| slot != self.claim.slot()) {
-            state.leaver = Some((slot, probe.generation));
+            if !state.leavers.iter().any(|&(s, _)| s == slot) {
+                state.leavers.push((slot, probe.generation));
+            }
         }
         let _ = self.claim.publish(state.info);
     }
@@ -477,17 +492,18 @@ impl Member {
                 return Ok(None);
             }
             let mut newer_round = None;
-            if let Some((slot, round)) = state.leaver {
-                if state.leaver_looked.elapsed() >= LEAVER_LOOK {
-                    state.leaver_looked = Instant::now();
-                    if state.info.generation > round {
-                        // A round since (another member's re-probe) took it into account.
-                        state.leaver = None;
-                    } else if !self.registry.is_held(slot).unwrap_or(true) {
-                        state.leaver = None;
-                        state.reprobe_wanted = true;
-                    }
-                }
+            if !state.leavers.is_empty() && state.leavers_looked.elapsed() >= LEAVER_LOOK {
+                state.leavers_looked = Instant::now();
+                let newest = state.info.generation;
+                let mut gone = false;
+                // A round since (another member's) took a leaver into account: that
+                // member watches it now.
+                state.leavers.retain(|&(slot, round)| {
+                    let here = round >= newest && self.registry.is_held(slot).unwrap_or(true);
+                    gone |= round >= newest && !here;
+                    here
+                });
+                state.reprobe_wanted |= gone;
             }
             if state.last_liveness_check.elapsed() >= LIVENESS_PERIOD {
                 state.last_liveness_check = Instant::now();
@@ -517,7 +533,7 @@ impl Member {
         if wanted {
             // Another member busy with a change will probe for everyone.
             if let Ok(held) = self.registry.lock_membership(Duration::ZERO) {
-                return self.reprobe(&held, face, None, PROBE_WAIT).map(Some);
+                return Ok(Some(self.reprobe(&held, face, None, PROBE_WAIT)?.members));
             }
         }
         Ok(None)
@@ -529,20 +545,14 @@ fn has_left(member: &(u8, Option<MemberInfo>)) -> bool {
     member.1.is_some_and(|info| info.left)
 }
 
-/// The steering program for `members` (slot, index) on `face`'s framing. While members
-/// that handed over still have their sockets (`leavers`), what names no member goes to the
-/// lowest index of `members` rather than to the kernel's hash, which could pick theirs.
+/// The steering program with `rules` (slot, index) on `face`'s framing, what names no
+/// rule going to index `fallback`.
 fn steering_program(
     face: &dyn ProbeFace,
-    members: &[(u8, u32)],
-    leavers: bool,
+    rules: &[(u8, u32)],
+    fallback: u32,
 ) -> io::Result<Vec<BpfInsn>> {
-    let lowest = members.iter().map(|&(_, index)| index).min();
-    let fallback = match lowest {
-        Some(index) if leavers => index,
-        _ => steering::ANY_MEMBER,
-    };
-    steering::program_falling_back(face.framing(), members, fallback).ok_or_else(|| {
+    steering::program_falling_back(face.framing(), rules, fallback).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidData,
             "no steering program for members",
@@ -550,23 +560,37 @@ fn steering_program(
     })
 }
 
-/// What the member in slot `leaving` steers to before its socket closes, given the group's
-/// `members` (slot, index; itself among them): the other members at their indices, and
-/// the index that takes what names no member: one that survives the close (the kernel
-/// moves the group's last socket into the leaver's index), or the last one if it is the
-/// only other member (then the hash has no one else to choose). `None` when `leaving` is
-/// not among `members` or no one else is.
-fn leaving_plan(members: &[(u8, u32)], leaving: u8) -> Option<(Vec<(u8, u32)>, u32)> {
-    members.iter().find(|&&(slot, _)| slot == leaving)?;
-    let last = members.iter().map(|&(_, index)| index).max()?;
-    let others: Vec<(u8, u32)> = members
-        .iter()
-        .copied()
-        .filter(|&(slot, _)| slot != leaving)
-        .collect();
-    let indices = || others.iter().map(|&(_, index)| index);
-    let fallback = indices().filter(|&i| i != last).min().or(indices().min())?;
-    Some((others, fallback))
+/// What a probe round found: the members that answered (slot, index), the sockets of the
+/// group (held slots) and how many of those are closing (members that handed over).
+struct Round {
+    members: Vec<(u8, u32)>,
+    sockets: usize,
+    closing: usize,
+}
+
+/// The rules of a program for `staying` members (slot, index) of a group of `sockets`
+/// sockets of which `closing` are about to close (members that handed over, or the one
+/// handing over): every staying member's rule at its index, and what names no member
+/// (QP1, gone slots) sent to the lowest index that holds through every close (each close
+/// moves the group's last socket into the closed one's index, so those below `sockets -
+/// closing` hold) rather than to the kernel's hash, which could pick a closing socket. A
+/// member whose index a close moves keeps its rule until then, and after it takes the
+/// hash until the re-probe that follows the close (see `State::leavers`); steering it to
+/// the fallback instead would put all its traffic through forwarding, whose queue holds
+/// ten datagrams (`net.unix.max_dgram_qlen`). With nothing closing: the rest to the hash.
+/// Returns (rules, fallback).
+fn plan(staying: &[(u8, u32)], sockets: usize, closing: usize) -> (Vec<(u8, u32)>, u32) {
+    if closing == 0 {
+        return (staying.to_vec(), steering::ANY_MEMBER);
+    }
+    let holds_below = u32::try_from(sockets.saturating_sub(closing)).unwrap_or(u32::MAX);
+    let indices = || staying.iter().map(|&(_, index)| index);
+    let fallback = indices()
+        .filter(|&index| index < holds_below)
+        .min()
+        .or(indices().min())
+        .unwrap_or(steering::ANY_MEMBER);
+    (staying.to_vec(), fallback)
 }
 
 /// The members (slot, index) the last probe round found among `members`: those whose
@@ -614,22 +638,27 @@ mod tests {
     }
 
     #[test]
-    fn a_leaver_keeps_the_others_and_sends_what_names_no_one_to_an_index_that_survives() {
-        let group = [(4, 0), (7, 1), (9, 2), (2, 3)];
-        // Slot 7 leaves: slot 2's socket will move into index 1, so index 0 takes the rest.
+    fn while_sockets_close_what_names_no_member_goes_to_an_index_that_holds() {
+        // Nothing closing: the rest to the kernel's hash.
         assert_eq!(
-            leaving_plan(&group, 7),
-            Some((vec![(4, 0), (9, 2), (2, 3)], 0))
+            plan(&[(4, 0), (9, 2)], 2, 0),
+            (vec![(4, 0), (9, 2)], steering::ANY_MEMBER)
         );
-        // The first leaves: the fallback is not the last index.
+        // Four sockets, one (index 1) handing over: slot 2 at index 3 will move into
+        // index 1; index 0 takes what names no member.
+        let staying = [(9, 2), (2, 3), (4, 0)];
+        assert_eq!(plan(&staying, 4, 1), (staying.to_vec(), 0));
+        // Not the lowest staying index if a close will move it: only 0..2 hold of 5
+        // sockets with 3 closing, and index 0 is a leaver's.
+        let staying = [(9, 1), (2, 4)];
+        assert_eq!(plan(&staying, 5, 3), (staying.to_vec(), 1));
         assert_eq!(
-            leaving_plan(&group, 4),
-            Some((vec![(7, 1), (9, 2), (2, 3)], 1))
+            plan(&staying, 5, 4),
+            (staying.to_vec(), 1),
+            "none holds: the lowest"
         );
-        // Two members: the one left takes everything, wherever it ends up.
-        assert_eq!(leaving_plan(&[(3, 0), (5, 1)], 3), Some((vec![(5, 1)], 1)));
-        assert_eq!(leaving_plan(&[(3, 0), (5, 1)], 5), Some((vec![(3, 0)], 0)));
-        assert_eq!(leaving_plan(&[(3, 0)], 3), None, "alone");
-        assert_eq!(leaving_plan(&group, 8), None, "not a member");
+        // Two members, the first leaving: the other will move into index 0; until then
+        // everything goes to it where it is.
+        assert_eq!(plan(&[(5, 1)], 2, 1), (vec![(5, 1)], 1));
     }
 }
