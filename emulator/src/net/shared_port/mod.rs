@@ -17,6 +17,7 @@ pub mod member;
 pub mod probe;
 pub mod qemu_link;
 pub mod registry;
+mod round_plan;
 pub mod steering;
 pub mod unclaimed;
 

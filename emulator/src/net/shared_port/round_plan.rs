@@ -1,0 +1,114 @@
+//! What a probe round steers to, worked out from what the members published and answered
+//! (see `member.rs`): the last round's indices, and the rules and the fallback of a
+//! program while some members' sockets are about to close. Pure.
+
+use super::registry::MemberInfo;
+use super::steering;
+
+/// What a probe round found: the members that answered (slot, index), the sockets of the
+/// group (held slots) and how many of those are closing (members that handed over).
+pub(super) struct Round {
+    pub(super) members: Vec<(u8, u32)>,
+    pub(super) sockets: usize,
+    pub(super) closing: usize,
+}
+
+/// Whether a member has handed over (it published so) and is about to close its socket.
+pub(super) fn has_left(member: &(u8, Option<MemberInfo>)) -> bool {
+    member.1.is_some_and(|info| info.left)
+}
+
+/// The rules of a program for `staying` members (slot, index) of a group of `sockets`
+/// sockets of which `closing` are about to close (members that handed over, or the one
+/// handing over): every staying member's rule at its index, and what names no member
+/// (QP1, gone slots) sent to the lowest index that holds through every close (each close
+/// moves the group's last socket into the closed one's index, so those below `sockets -
+/// closing` hold) rather than to the kernel's hash, which could pick a closing socket. A
+/// member whose index a close moves keeps its rule until then, and after it takes the
+/// hash until the re-probe that follows the close (see `member::State::leavers`); steering it to
+/// the fallback instead would put all its traffic through forwarding, whose queue holds
+/// ten datagrams (`net.unix.max_dgram_qlen`). With nothing closing: the rest to the hash.
+/// Returns (rules, fallback).
+pub(super) fn plan(staying: &[(u8, u32)], sockets: usize, closing: usize) -> (Vec<(u8, u32)>, u32) {
+    if closing == 0 {
+        return (staying.to_vec(), steering::ANY_MEMBER);
+    }
+    let holds_below = u32::try_from(sockets.saturating_sub(closing)).unwrap_or(u32::MAX);
+    let indices = || staying.iter().map(|&(_, index)| index);
+    let fallback = indices()
+        .filter(|&index| index < holds_below)
+        .min()
+        .or(indices().min())
+        .unwrap_or(steering::ANY_MEMBER);
+    (staying.to_vec(), fallback)
+}
+
+/// The members (slot, index) the last probe round found among `members`: those whose
+/// published index came from the newest round any of them answered.
+pub(super) fn last_round(members: &[(u8, Option<MemberInfo>)]) -> Vec<(u8, u32)> {
+    let found = || {
+        members
+            .iter()
+            .filter_map(|&(slot, info)| info.and_then(|i| Some((slot, i.index?, i.generation))))
+    };
+    let newest = found().map(|(_, _, generation)| generation).max();
+    found()
+        .filter(|&(_, _, generation)| Some(generation) == newest)
+        .map(|(slot, index, _)| (slot, index))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(index: Option<u32>, generation: u64) -> Option<MemberInfo> {
+        Some(MemberInfo {
+            pid: 1,
+            index,
+            generation,
+            qps: 0,
+            left: false,
+        })
+    }
+
+    #[test]
+    fn the_last_round_is_the_indices_of_the_newest_generation_any_member_answered() {
+        let members = [
+            (1, info(Some(0), 7)),
+            // Answered an older round only: its index may be stale.
+            (2, info(Some(1), 6)),
+            (3, info(Some(1), 7)),
+            // Joined, not probed yet; and one whose slot file was unreadable.
+            (4, info(None, 0)),
+            (5, None),
+        ];
+        assert_eq!(last_round(&members), [(1, 0), (3, 1)]);
+        assert_eq!(last_round(&members[3..]), []);
+    }
+
+    #[test]
+    fn while_sockets_close_what_names_no_member_goes_to_an_index_that_holds() {
+        // Nothing closing: the rest to the kernel's hash.
+        assert_eq!(
+            plan(&[(4, 0), (9, 2)], 2, 0),
+            (vec![(4, 0), (9, 2)], steering::ANY_MEMBER)
+        );
+        // Four sockets, one (index 1) handing over: slot 2 at index 3 will move into
+        // index 1; index 0 takes what names no member.
+        let staying = [(9, 2), (2, 3), (4, 0)];
+        assert_eq!(plan(&staying, 4, 1), (staying.to_vec(), 0));
+        // Not the lowest staying index if a close will move it: only 0..2 hold of 5
+        // sockets with 3 closing, and index 0 is a leaver's.
+        let staying = [(9, 1), (2, 4)];
+        assert_eq!(plan(&staying, 5, 3), (staying.to_vec(), 1));
+        assert_eq!(
+            plan(&staying, 5, 4),
+            (staying.to_vec(), 1),
+            "none holds: the lowest"
+        );
+        // Two members, the first leaving: the other will move into index 0; until then
+        // everything goes to it where it is.
+        assert_eq!(plan(&[(5, 1)], 2, 1), (vec![(5, 1)], 1));
+    }
+}
