@@ -440,6 +440,32 @@ mod shared_links {
         assert_eq!(b.pump.got.try_recv().ok(), None);
     }
 
+    /// Sends a QP0 datagram (whoever receives it keeps it) from each of 24 senders of their
+    /// own to `to`: the kernel's hash, by sender, would spread them over every socket.
+    fn qp0_from_24_senders(ip: IpAddr, to: SocketAddr) {
+        for _ in 0..24 {
+            let sender = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
+            sender.send_to(&bth(0), to).unwrap();
+        }
+    }
+
+    /// The QPNs `m`'s pump delivered until it went quiet for 300 ms.
+    fn delivered(m: &Member) -> Vec<u32> {
+        std::iter::from_fn(|| m.pump.got.recv_timeout(Duration::from_millis(300)).ok()).collect()
+    }
+
+    /// How many datagrams wait in the socket of `m`, whose pump is stopped.
+    fn waiting_in(m: &Member) -> usize {
+        let mut waiting = 0;
+        m.link.recv_ready(64, &mut |_| waiting += 1).unwrap();
+        waiting
+    }
+
+    /// How many of `got` are QP0's.
+    fn qp0s(got: &[u32]) -> usize {
+        got.iter().filter(|&&q| q == 0).count()
+    }
+
     /// A member that leaves (no longer receiving, as a process that is exiting) hands over
     /// first: what waited in its socket for another member reaches that member, and from
     /// then on nothing lands in its socket, neither its fellows' datagrams nor those that
@@ -476,27 +502,19 @@ mod shared_links {
             send(3 << 16 | n);
         }
         b.link.hand_over_shared_port().unwrap();
-        // Datagrams for a and c, and QP0's (whoever receives them keeps them) from 24
-        // senders: the kernel's hash, by sender, would put some in every socket.
-        let senders: Vec<UdpSocket> = (0..24)
-            .map(|_| UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap())
-            .collect();
-        for (n, sender) in (5..29u32).zip(&senders) {
+        // Datagrams for a and c, and QP0's.
+        for n in 5..29u32 {
             send(3 << 16 | n);
             send(1 << 16 | n);
-            sender.send_to(&bth(0), to).unwrap();
         }
-        let mut in_b = Vec::new();
-        b.link
-            .recv_ready(64, &mut |d| in_b.push(d.payload[7]))
-            .unwrap();
-        assert_eq!(in_b, [], "nothing landed in the leaving member's socket");
+        qp0_from_24_senders(ip, to);
+        assert_eq!(
+            waiting_in(&b),
+            0,
+            "nothing landed in the leaving member's socket"
+        );
         drop(b);
-        let drain = |m: &Member| -> Vec<u32> {
-            std::iter::from_fn(|| m.pump.got.recv_timeout(Duration::from_millis(300)).ok())
-                .collect()
-        };
-        let (got_a, got_c) = (drain(&a), drain(&c));
+        let (got_a, got_c) = (delivered(&a), delivered(&c));
         let of = |got: &[u32], slot: u32| {
             got.iter()
                 .filter(|&&q| q >> 16 == slot)
@@ -509,12 +527,8 @@ mod shared_links {
             "all of c's, in order"
         );
         assert_eq!(of(&got_a, 1), (5..29).collect::<Vec<u32>>(), "all of a's");
-        let qp0 = |got: &[u32]| got.iter().filter(|&&q| q == 0).count();
-        assert_eq!(
-            qp0(&got_a) + qp0(&got_c),
-            24,
-            "every QP0 datagram reached a or c"
-        );
+        let every = qp0s(&got_a) + qp0s(&got_c);
+        assert_eq!(every, 24, "every QP0 datagram reached a or c");
     }
 
     /// A round run while a member that handed over still has its socket (its process
@@ -538,24 +552,10 @@ mod shared_links {
             started.elapsed()
         );
         assert!(c.link.steered());
-        let to = SocketAddr::new(ip, port);
-        let senders: Vec<UdpSocket> = (0..24)
-            .map(|_| UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap())
-            .collect();
-        for sender in &senders {
-            sender.send_to(&bth(0), to).unwrap();
-        }
-        let drain = |m: &Member| -> usize {
-            std::iter::from_fn(|| m.pump.got.recv_timeout(Duration::from_millis(300)).ok()).count()
-        };
-        assert_eq!(
-            drain(&a) + drain(&c),
-            24,
-            "every QP0 datagram reached a or c"
-        );
-        let mut in_b = 0;
-        b.link.recv_ready(64, &mut |_| in_b += 1).unwrap();
-        assert_eq!(in_b, 0, "nothing landed in the leaver's socket");
+        qp0_from_24_senders(ip, SocketAddr::new(ip, port));
+        let every = qp0s(&delivered(&a)) + qp0s(&delivered(&c));
+        assert_eq!(every, 24, "every QP0 datagram reached a or c");
+        assert_eq!(waiting_in(&b), 0, "nothing landed in the leaver's socket");
     }
 
     /// After a member's hand-over the others look every millisecond, not every liveness
