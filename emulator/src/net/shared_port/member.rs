@@ -289,10 +289,12 @@ impl Member {
     /// on the socket is received, another member's passed on to it. Without this, whatever
     /// the kernel put in a socket that was closing was lost: datagrams hashed to it (the
     /// fallback of a program made stale by an earlier departure), which RC only recovered
-    /// seconds later by retransmission. After the close the kernel moves the group's last
-    /// socket into this one's index: until a survivor's liveness check re-probes, that
-    /// member's datagrams take the hash and are forwarded, not lost. Returns whether a
-    /// program was attached (not when this member is alone, or has handed over already).
+    /// seconds later by retransmission. The round's probes name this member, and it
+    /// publishes `left` at the end, so that the others watch for it to be gone and re-probe
+    /// then (`State::leavers`), and rounds meanwhile neither wait for it nor steer to it:
+    /// after the close the kernel moves the group's last socket into this one's index, and
+    /// until that re-probe that member's datagrams take the hash. Returns whether a program
+    /// was attached (not when this member is alone, or has handed over already).
     pub fn hand_over(&self, face: &dyn ProbeFace) -> io::Result<bool> {
         {
             let state = self.state.lock();
