@@ -11,6 +11,7 @@ use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -19,6 +20,13 @@ use super::super::{DatagramView, InDatagram, MAX_DATAGRAM_BYTES};
 /// Bytes in front of a forwarded datagram: family (1), IP (16), port (2), whether the
 /// IPv4 identification is known (1), the identification (2).
 const HEADER_BYTES: usize = 22;
+/// How long a forward waits for room in the owner's queue before dropping the datagram.
+/// A Unix datagram socket queues `net.unix.max_dgram_qlen` datagrams (10 by default),
+/// which a stream steered the wrong way for a moment (a stale program, right after a
+/// member left) fills at once; the owner takes them within its next few receive calls
+/// (a polling owner looks every few tens of microseconds, a waiting one wakes), so a
+/// short wait turns those drops, each an RC retransmission later, into a delay.
+pub const FORWARD_PATIENCE: Duration = Duration::from_millis(2);
 
 /// The abstract socket name of `slot` of the device on `device` (its IP address and port).
 fn name(device: SocketAddr, slot: u8) -> Vec<u8> {
@@ -60,25 +68,44 @@ impl Forwarder {
 
     /// Passes `datagram` on to the member holding `slot`. `Ok(false)` if no process has that
     /// slot's socket (the member is gone: the caller drops and counts the datagram) or its
-    /// queue is full (dropped like any datagram a full socket buffer refuses).
+    /// queue stayed full for [`FORWARD_PATIENCE`] (dropped like any datagram a full socket
+    /// buffer refuses).
     pub fn forward(&self, slot: u8, datagram: DatagramView<'_>) -> io::Result<bool> {
+        self.forward_within(slot, datagram, FORWARD_PATIENCE)
+    }
+
+    /// [`Forwarder::forward`], waiting at most `patience` for room in the owner's queue.
+    pub fn forward_within(
+        &self,
+        slot: u8,
+        datagram: DatagramView<'_>,
+        patience: Duration,
+    ) -> io::Result<bool> {
         let to = UnixAddr::from_abstract_name(name(self.device, slot))?;
         let mut buf = Vec::with_capacity(HEADER_BYTES + datagram.payload.len());
         encode_header(&mut buf, datagram.src, datagram.ipv4_identification);
         buf.extend_from_slice(datagram.payload);
-        match self.socket.send_to_addr(&buf, &to) {
-            Ok(_) => Ok(true),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::ConnectionRefused
-                        | io::ErrorKind::NotFound
-                        | io::ErrorKind::WouldBlock
-                ) =>
-            {
-                Ok(false)
+        let mut full_since = None;
+        loop {
+            match self.socket.send_to_addr(&buf, &to) {
+                Ok(_) => return Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let since = *full_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= patience {
+                        return Ok(false);
+                    }
+                    std::thread::yield_now();
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound
+                    ) =>
+                {
+                    return Ok(false)
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => Err(e),
         }
     }
 
@@ -188,6 +215,61 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::AddrInUse);
         drop(a);
         Forwarder::bind(dev, 3).expect("free again once its holder closed it");
+    }
+
+    #[test]
+    fn a_burst_longer_than_the_owners_queue_waits_for_room_rather_than_being_dropped() {
+        let dev = device(4);
+        let a = Forwarder::bind(dev, 3).unwrap();
+        let b = Forwarder::bind(dev, 9).unwrap();
+        let datagram = |n: u32| InDatagram {
+            src: dev,
+            dst: dev,
+            payload: n.to_be_bytes().to_vec(),
+            ipv4_identification: None,
+        };
+        // Nobody takes from b's queue: it fills, and a forward gives up after its wait.
+        let mut queued = 0u32;
+        while a
+            .forward_within(9, datagram(queued).view(), Duration::ZERO)
+            .unwrap()
+        {
+            queued += 1;
+            assert!(queued < 10_000, "the queue never filled");
+        }
+        let refused = Instant::now();
+        assert!(!a
+            .forward_within(9, datagram(queued).view(), Duration::from_millis(20))
+            .unwrap());
+        assert!(refused.elapsed() >= Duration::from_millis(20), "it waited");
+        // With b taking from its queue meanwhile, a burst of four queues' worth all goes.
+        let burst = 4 * queued;
+        let taker = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let started = Instant::now();
+            while got.len() < (queued + burst) as usize
+                && started.elapsed() < Duration::from_secs(10)
+            {
+                match b.try_recv().unwrap() {
+                    Some(d) => got.push(u32::from_be_bytes(d.payload[..4].try_into().unwrap())),
+                    None => std::thread::yield_now(),
+                }
+            }
+            got
+        });
+        for n in queued..queued + burst {
+            assert!(
+                a.forward_within(9, datagram(n).view(), Duration::from_secs(5))
+                    .unwrap(),
+                "datagram {n} dropped"
+            );
+        }
+        let got = taker.join().unwrap();
+        assert_eq!(
+            got,
+            (0..queued + burst).collect::<Vec<u32>>(),
+            "all, in order"
+        );
     }
 
     #[test]
