@@ -109,7 +109,8 @@ struct State {
     /// Members that handed over and still hold their slots (slot, the round that told
     /// this member so: their hand-over, or a round of its own that found them): watched
     /// every [`LEAVER_LOOK`] until one is gone, then a re-probe steers directly again to
-    /// the member its close moved (meanwhile it takes the hash, see [`plan`]).
+    /// the member its close moved (meanwhile it takes the hash or is forwarded to, see
+    /// [`plan`]).
     leavers: Vec<(u8, u64)>,
     /// When the leavers were last looked at.
     leavers_looked: Instant,

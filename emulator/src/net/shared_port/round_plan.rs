@@ -20,27 +20,39 @@ pub(super) fn has_left(member: &(u8, Option<MemberInfo>)) -> bool {
 
 /// The rules of a program for `staying` members (slot, index) of a group of `sockets`
 /// sockets of which `closing` are about to close (members that handed over, or the one
-/// handing over): every staying member's rule at its index, and what names no member
-/// (QP1, gone slots) sent to the lowest index that holds through every close (each close
-/// moves the group's last socket into the closed one's index, so those below `sockets -
-/// closing` hold) rather than to the kernel's hash, which could pick a closing socket. A
-/// member whose index a close moves keeps its rule until then, and after it takes the
-/// hash until the re-probe that follows the close (see `member::State::leavers`); steering it to
-/// the fallback instead would put all its traffic through forwarding, whose queue holds
-/// ten datagrams (`net.unix.max_dgram_qlen`). With nothing closing: the rest to the hash.
-/// Returns (rules, fallback).
+/// handing over). What names no member (QP1, gone slots) goes to the lowest index that
+/// holds through every close (each close moves the group's last socket into the closed
+/// one's index, so those below `sockets - closing` hold) rather than to the kernel's hash,
+/// which could pick a closing socket. A member whose index a close will move:
+/// - with one socket closing, keeps its rule: after the close its old index takes the
+///   hash, which then has only staying sockets to pick from, until the re-probe that
+///   follows the close (`member::State::leavers`);
+/// - with more closing, gets none and is reached through the fallback member (forwarded):
+///   after the first close the hash could pick another closing socket, where its
+///   datagrams would die (seen: a server's READ response to a client still mid-exchange,
+///   while two other clients exited, retransmitted 2 s later).
+///
+/// With nothing closing: every rule, the rest to the hash. Returns (rules, fallback).
 pub(super) fn plan(staying: &[(u8, u32)], sockets: usize, closing: usize) -> (Vec<(u8, u32)>, u32) {
     if closing == 0 {
         return (staying.to_vec(), steering::ANY_MEMBER);
     }
     let holds_below = u32::try_from(sockets.saturating_sub(closing)).unwrap_or(u32::MAX);
-    let indices = || staying.iter().map(|&(_, index)| index);
-    let fallback = indices()
-        .filter(|&index| index < holds_below)
-        .min()
-        .or(indices().min())
+    let holds = |&(_, index): &(u8, u32)| index < holds_below;
+    let lowest = |members: &mut dyn Iterator<Item = &(u8, u32)>| members.map(|m| m.1).min();
+    let fallback = lowest(&mut staying.iter().filter(|m| holds(m)))
+        .or(lowest(&mut staying.iter()))
         .unwrap_or(steering::ANY_MEMBER);
-    (staying.to_vec(), fallback)
+    let rules = if closing == 1 {
+        staying.to_vec()
+    } else {
+        staying
+            .iter()
+            .copied()
+            .filter(|m| holds(m) || m.1 == fallback)
+            .collect()
+    };
+    (rules, fallback)
 }
 
 /// The members (slot, index) the last probe round found among `members`: those whose
@@ -94,18 +106,23 @@ mod tests {
             plan(&[(4, 0), (9, 2)], 2, 0),
             (vec![(4, 0), (9, 2)], steering::ANY_MEMBER)
         );
-        // Four sockets, one (index 1) handing over: slot 2 at index 3 will move into
-        // index 1; index 0 takes what names no member.
+        // Four sockets, one (index 1) closing: slot 2 at index 3 will move into index 1
+        // and keeps its rule until then; index 0 takes what names no member.
         let staying = [(9, 2), (2, 3), (4, 0)];
         assert_eq!(plan(&staying, 4, 1), (staying.to_vec(), 0));
+        // Five sockets, two closing: only 0..3 hold; slot 2 at index 3 will move, and a
+        // second close could leave its old index to a hash that picks the other closing
+        // socket, so it goes through index 0 meanwhile.
+        let staying = [(9, 2), (2, 3), (4, 0)];
+        assert_eq!(plan(&staying, 5, 2), (vec![(9, 2), (4, 0)], 0));
         // Not the lowest staying index if a close will move it: only 0..2 hold of 5
-        // sockets with 3 closing, and index 0 is a leaver's.
+        // sockets with 3 closing, and index 0 is a closing one's.
         let staying = [(9, 1), (2, 4)];
-        assert_eq!(plan(&staying, 5, 3), (staying.to_vec(), 1));
+        assert_eq!(plan(&staying, 5, 3), (vec![(9, 1)], 1));
         assert_eq!(
             plan(&staying, 5, 4),
-            (staying.to_vec(), 1),
-            "none holds: the lowest"
+            (vec![(9, 1)], 1),
+            "none holds: the lowest, which keeps its rule"
         );
         // Two members, the first leaving: the other will move into index 0; until then
         // everything goes to it where it is.
