@@ -89,7 +89,8 @@ pub enum Route {
 }
 
 struct State {
-    /// What this member published last.
+    /// What this member published last. Once `info.left` is set (by [`Member::hand_over`])
+    /// this member never probes again, which would steer to it once more.
     info: MemberInfo,
     /// The members (slot, index) of the newest round this member knows the map of: its
     /// own last round's, or another member's newer one read from the registry (see
@@ -103,9 +104,6 @@ struct State {
     steered: bool,
     last_liveness_check: Instant,
     reprobe_wanted: bool,
-    /// This member has handed over ([`Member::hand_over`]): it never probes again, which
-    /// would steer to it once more.
-    left: bool,
     /// Members that handed over and still hold their slots (slot, the round that told
     /// this member so: their hand-over, or a round of its own that found them): watched
     /// every [`LEAVER_LOOK`] until one is gone, then a re-probe steers directly again to
@@ -151,7 +149,6 @@ impl Member {
                 steered: false,
                 last_liveness_check: Instant::now(),
                 reprobe_wanted: false,
-                left: false,
                 leavers: Vec::new(),
                 leavers_looked: Instant::now(),
             }),
@@ -242,17 +239,16 @@ impl Member {
             let members = self.registry.members()?;
             // A member that handed over may be past answering (its process ending): its
             // socket is probed, its answer not awaited.
-            let staying = members.iter().filter(|m| !has_left(m)).count();
-            let answered: Vec<(u8, u32)> = members
+            let staying: Vec<_> = members.iter().filter(|m| !has_left(m)).collect();
+            let answered: Vec<(u8, u32)> = staying
                 .iter()
-                .filter(|m| !has_left(m))
-                .filter_map(|&(slot, info)| {
+                .filter_map(|&&(slot, info)| {
                     let info = info.filter(|i| i.generation == generation)?;
                     Some((slot, info.index?))
                 })
                 .collect();
-            if answered.len() == staying || started.elapsed() > wait {
-                break (answered, members.len(), staying);
+            if answered.len() == staying.len() || started.elapsed() > wait {
+                break (answered, members.len(), staying.len());
             }
             std::thread::sleep(Duration::from_millis(1));
         };
@@ -300,14 +296,15 @@ impl Member {
         {
             let state = self.state.lock();
             // A forked child's copy of its parent's membership is not its own to end.
-            if state.left || state.info.pid != std::process::id() {
+            if state.info.left || state.info.pid != std::process::id() {
                 return Ok(false);
             }
         }
         let held = self.registry.lock_membership(HAND_OVER_WAIT)?;
         // The published indices may be stale: a member that left moved the last one.
         let round = self.reprobe(&held, face, Some(self.slot()), HAND_OVER_PROBE_WAIT)?;
-        self.state.lock().left = true;
+        // Published below, once nothing more is steered here.
+        self.state.lock().info.left = true;
         let others: Vec<(u8, u32)> = round
             .members
             .iter()
@@ -325,8 +322,7 @@ impl Member {
             }
         }
         // Rounds until the socket closes probe it but neither wait for it nor steer to it.
-        let mut state = self.state.lock();
-        state.info.left = true;
+        let state = self.state.lock();
         self.claim.publish(state.info)?;
         Ok(true)
     }
@@ -492,7 +488,7 @@ impl Member {
     pub fn check_membership(&self, face: &dyn ProbeFace) -> io::Result<Option<Vec<(u8, u32)>>> {
         let (wanted, newer_round) = {
             let mut state = self.state.lock();
-            if state.left {
+            if state.info.left {
                 return Ok(None);
             }
             let mut newer_round = None;
@@ -500,12 +496,15 @@ impl Member {
                 state.leavers_looked = Instant::now();
                 let newest = state.info.generation;
                 let mut gone = false;
-                // A round since (another member's) took a leaver into account: that
-                // member watches it now.
                 state.leavers.retain(|&(slot, round)| {
-                    let here = round >= newest && self.registry.is_held(slot).unwrap_or(true);
-                    gone |= round >= newest && !here;
-                    here
+                    if round < newest {
+                        // A round since (another member's) took it into account: that
+                        // member watches it now.
+                        return false;
+                    }
+                    let held = self.registry.is_held(slot).unwrap_or(true);
+                    gone |= !held;
+                    held
                 });
                 state.reprobe_wanted |= gone;
             }
