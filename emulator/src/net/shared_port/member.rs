@@ -253,29 +253,29 @@ impl Member {
             std::thread::sleep(Duration::from_millis(1));
         };
         let (answered, live, staying) = answered;
-        let alone = live == 1 && matches!(answered[..], [(slot, _)] if slot == self.slot());
+        let round = Round::settled(answered, probed, staying);
+        let alone = live == 1 && matches!(round.members[..], [(slot, _)] if slot == self.slot());
         // A kernel without SO_DETACH_REUSEPORT_BPF (before 5.8) keeps a program.
         let steered = !(alone && face.detach().is_ok());
         if steered {
-            let (rules, fallback) = plan(&answered, live, live - staying);
+            let (rules, fallback) = plan(&round.members, round.sockets, round.closing);
             face.attach(&steering_program(face, &rules, fallback)?)?;
         }
         let mut state = self.state.lock();
-        state.steering = answered.clone();
+        state.steering = round.members.clone();
         state.steering_generation = generation;
         state.steered = steered;
-        state.reprobe_wanted = false;
+        // A socket that closed during the round may have moved the last member after it
+        // answered: the program sends that member through the fallback until a round
+        // that sees the group as it is now.
+        state.reprobe_wanted = live < probed;
         // Members still closing: this round's rules skip some; watch for them to go.
         for &(slot, _) in members.iter().filter(|m| has_left(m)) {
             if slot != self.slot() && !state.leavers.iter().any(|&(s, _)| s == slot) {
                 state.leavers.push((slot, generation));
             }
         }
-        Ok(Round {
-            members: answered,
-            sockets: live,
-            closing: live - staying,
-        })
+        Ok(round)
     }
 
     /// Before this member's socket closes (its device closed, or its process exiting, see

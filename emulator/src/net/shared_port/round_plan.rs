@@ -13,6 +13,26 @@ pub(super) struct Round {
     pub(super) closing: usize,
 }
 
+impl Round {
+    /// A round that probed `probed` sockets (the members held at its start) and of whose
+    /// members `staying` are held and have not handed over at its end, `members` of them
+    /// answering. Every other socket it probed counts as closing, the ones gone during the
+    /// round too: no member joins while a round holds the membership lock, so the group
+    /// only shrinks, and each close moved the group's last socket into the closed one's
+    /// index, perhaps after that member answered. Counted against the sockets at the
+    /// round's end instead, the answer of a member moved that way named an index past the
+    /// group's end, which the kernel's hash stood in for, and the hash could pick a socket
+    /// about to close (seen: a server's ACK and READ response to a client, lost while two
+    /// other clients exited).
+    pub(super) fn settled(members: Vec<(u8, u32)>, probed: usize, staying: usize) -> Round {
+        Round {
+            members,
+            sockets: probed,
+            closing: probed.saturating_sub(staying),
+        }
+    }
+}
+
 /// Whether a member has handed over (it published so) and is about to close its socket.
 pub(super) fn has_left(member: &(u8, Option<MemberInfo>)) -> bool {
     member.1.is_some_and(|info| info.left)
@@ -82,6 +102,21 @@ mod tests {
             qps: 0,
             left: false,
         })
+    }
+
+    #[test]
+    fn a_socket_gone_during_a_round_counts_as_closing() {
+        // Four members at indices 0-3; the one at 0 closed during the round, after the one
+        // at 3 answered: the kernel moved that one to index 0. The member at 2 hands over.
+        let round = Round::settled(vec![(2, 1), (3, 2), (4, 3)], 4, 3);
+        assert_eq!((round.sockets, round.closing), (4, 1));
+        let others = [(2, 1), (4, 3)];
+        let (rules, fallback) = plan(&others, round.sockets, round.closing + 1);
+        assert_eq!(
+            (rules, fallback),
+            (vec![(2, 1)], 1),
+            "slot 4's answer may be stale: it goes through index 1, which holds"
+        );
     }
 
     #[test]
