@@ -120,6 +120,12 @@ impl SharedLink {
         self.udp.socket()
     }
 
+    /// The membership, for tests that run its rounds through a face of their own.
+    #[cfg(test)]
+    pub(crate) fn member_for_tests(&self) -> &Member {
+        &self.member
+    }
+
     /// What port sharing did.
     pub fn counters(&self) -> &SharedCounters {
         self.member.counters()

@@ -163,6 +163,10 @@ mod shared_links {
 
     use super::{bth, Pump};
     use crate::net::shared_port::link::SharedLink;
+    use crate::net::shared_port::member::ProbeFace;
+    use crate::net::shared_port::probe::Probe;
+    use crate::net::shared_port::registry::MemberInfo;
+    use crate::net::shared_port::steering::{BpfInsn, Framing};
     use crate::net::Link;
 
     /// A member and the thread that receives for it.
@@ -620,5 +624,106 @@ mod shared_links {
         assert_eq!(forwarded(), 1, "one datagram reached b through a");
         assert_eq!(b.link.counters().forwarded_in.load(Ordering::Relaxed), 1);
         assert!(a.pump.got.try_recv().is_err(), "a kept nothing");
+    }
+
+    /// `link`'s face for its own probe round, which closes another member's socket once
+    /// `ready` says the round has reached the point the test wants.
+    struct ClosingMidRound<'a> {
+        link: &'a SharedLink,
+        ready: Box<dyn Fn() -> bool + 'a>,
+        close: std::cell::RefCell<Option<Member>>,
+    }
+
+    impl ProbeFace for ClosingMidRound<'_> {
+        fn framing(&self) -> Framing {
+            self.link.framing()
+        }
+        fn send_probe(&self, probe: Probe) -> std::io::Result<()> {
+            self.link.send_probe(probe)
+        }
+        fn take_ready(&self) -> std::io::Result<usize> {
+            let n = self.link.take_ready()?;
+            if self.close.borrow().is_some() && (self.ready)() {
+                drop(self.close.borrow_mut().take());
+            }
+            Ok(n)
+        }
+        fn attach(&self, program: &[BpfInsn]) -> std::io::Result<()> {
+            self.link.attach(program)
+        }
+        fn detach(&self) -> std::io::Result<()> {
+            self.link.detach()
+        }
+    }
+
+    /// A socket that closes while another member's hand-over round runs moves the group's
+    /// last member into its index after that member answered: the round's answer for it is
+    /// stale, and the program must not steer by it. Four members at indices 0-3; a hands
+    /// over (its process ending, the socket still open); c hands over, and a's socket
+    /// closes once d has answered c's probe for index 3, which moves d to index 0. Every
+    /// datagram for d then still reaches it, and none lands in c's socket, which nobody
+    /// reads any more. Counting the group at the round's end (3 sockets, c alone closing)
+    /// kept d's rule for index 3, past the group's end, and the kernel's hash put about a
+    /// third of d's datagrams in c's socket.
+    #[test]
+    fn a_member_moved_by_a_close_during_a_hand_over_round_still_gets_its_datagrams() {
+        let ip = IpAddr::V4(Ipv4Addr::new(127, 29, 12, 1));
+        let port = free_port(ip);
+        let reg = scratch_registry("close-mid-round");
+        let mut a = Member::join(&reg, ip, port);
+        let b = Member::join(&reg, ip, port);
+        let mut c = Member::join(&reg, ip, port);
+        let d = Member::join(&reg, ip, port);
+        a.link.hand_over_shared_port().unwrap();
+        a.pump.stop();
+        c.pump.stop();
+        let d_slot = d.link.slot();
+        let answered_before = published(&reg, d_slot).generation;
+        let face = ClosingMidRound {
+            link: &c.link,
+            ready: Box::new(|| {
+                let info = published(&reg, d_slot);
+                info.generation > answered_before && info.index == Some(3)
+            }),
+            close: std::cell::RefCell::new(Some(a)),
+        };
+        assert!(c.link.member_for_tests().hand_over(&face).unwrap());
+        assert!(face.close.borrow().is_none(), "a closed during c's round");
+        drop(face);
+        for n in 0..24u32 {
+            // A sender each: the kernel's hash takes the sender's port into account.
+            let sender = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
+            let qpn = u32::from(d_slot) << 16 | n;
+            sender
+                .send_to(&bth(qpn), SocketAddr::new(ip, port))
+                .unwrap();
+        }
+        let got: Vec<u32> = delivered(&d).iter().map(|&q| q & 0xffff).collect();
+        // Read raw: c's own receive would pass what it finds on to d. Its round's probes
+        // may wait there too (slot 0xFF): they carry nothing.
+        let socket = c.link.socket_for_tests();
+        socket.set_nonblocking(true).unwrap();
+        let in_c = std::iter::from_fn(|| {
+            let mut buf = [0u8; 64];
+            socket.recv(&mut buf).ok().map(|_| buf[5])
+        })
+        .filter(|&slot| slot != 0xff)
+        .count();
+        assert_eq!(in_c, 0, "nothing but probes landed in c's socket");
+        assert_eq!(got, (0..24).collect::<Vec<u32>>(), "all of d's, in order");
+        drop(b);
+    }
+
+    /// What member `slot` published in `reg`.
+    fn published(reg: &Registry, slot: u8) -> MemberInfo {
+        let members = reg.members().unwrap();
+        let found = members.iter().find(|&&(s, _)| s == slot);
+        found.and_then(|&(_, info)| info).unwrap_or(MemberInfo {
+            pid: 0,
+            index: None,
+            generation: 0,
+            qps: 0,
+            left: false,
+        })
     }
 }
