@@ -626,8 +626,9 @@ mod shared_links {
         assert!(a.pump.got.try_recv().is_err(), "a kept nothing");
     }
 
-    /// `link`'s face for its own probe round, which closes another member's socket once
-    /// `ready` says the round has reached the point the test wants.
+    /// `link`'s face for its own probe round, which closes another member's socket at the
+    /// round's first receive, once `ready` says the round has reached the point the test
+    /// wants (waiting for it there, so that the round cannot end first).
     struct ClosingMidRound<'a> {
         link: &'a SharedLink,
         ready: Box<dyn Fn() -> bool + 'a>,
@@ -643,8 +644,12 @@ mod shared_links {
         }
         fn take_ready(&self) -> std::io::Result<usize> {
             let n = self.link.take_ready()?;
-            if self.close.borrow().is_some() && (self.ready)() {
-                drop(self.close.borrow_mut().take());
+            if let Some(member) = self.close.borrow_mut().take() {
+                let since = Instant::now();
+                while !(self.ready)() && since.elapsed() < Duration::from_secs(2) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                drop(member);
             }
             Ok(n)
         }
@@ -689,6 +694,10 @@ mod shared_links {
         };
         assert!(c.link.member_for_tests().hand_over(&face).unwrap());
         assert!(face.close.borrow().is_none(), "a closed during c's round");
+        assert!(
+            (face.ready)(),
+            "d had answered c's probe for index 3 by then"
+        );
         drop(face);
         for n in 0..24u32 {
             // A sender each: the kernel's hash takes the sender's port into account.
