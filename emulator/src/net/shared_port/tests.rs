@@ -161,12 +161,12 @@ mod shared_links {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use super::{bth, Pump};
+    use super::{bth, next_qpn, Pump};
     use crate::net::shared_port::link::SharedLink;
     use crate::net::shared_port::member::ProbeFace;
     use crate::net::shared_port::probe::Probe;
     use crate::net::shared_port::registry::MemberInfo;
-    use crate::net::shared_port::steering::{BpfInsn, Framing};
+    use crate::net::shared_port::steering::{BpfInsn, Framing, PROBE_SLOT};
     use crate::net::Link;
 
     /// A member and the thread that receives for it.
@@ -683,12 +683,12 @@ mod shared_links {
         a.pump.stop();
         c.pump.stop();
         let d_slot = d.link.slot();
-        let answered_before = published(&reg, d_slot).generation;
+        let answered_before = published(&reg, d_slot).map_or(0, |info| info.generation);
         let face = ClosingMidRound {
             link: &c.link,
             ready: Box::new(|| {
-                let info = published(&reg, d_slot);
-                info.generation > answered_before && info.index == Some(3)
+                published(&reg, d_slot)
+                    .is_some_and(|info| info.generation > answered_before && info.index == Some(3))
             }),
             close: std::cell::RefCell::new(Some(a)),
         };
@@ -709,30 +709,23 @@ mod shared_links {
         }
         let got: Vec<u32> = delivered(&d).iter().map(|&q| q & 0xffff).collect();
         // Read raw: c's own receive would pass what it finds on to d. Its round's probes
-        // may wait there too (slot 0xFF): they carry nothing.
+        // may wait there too: they carry nothing.
         let socket = c.link.socket_for_tests();
         socket.set_nonblocking(true).unwrap();
-        let in_c = std::iter::from_fn(|| {
-            let mut buf = [0u8; 64];
-            socket.recv(&mut buf).ok().map(|_| buf[5])
-        })
-        .filter(|&slot| slot != 0xff)
-        .count();
+        let in_c = std::iter::from_fn(|| next_qpn(socket))
+            .filter(|&qpn| qpn >> 16 != u32::from(PROBE_SLOT))
+            .count();
         assert_eq!(in_c, 0, "nothing but probes landed in c's socket");
         assert_eq!(got, (0..24).collect::<Vec<u32>>(), "all of d's, in order");
         drop(b);
     }
 
-    /// What member `slot` published in `reg`.
-    fn published(reg: &Registry, slot: u8) -> MemberInfo {
+    /// What member `slot` published in `reg`, if anything.
+    fn published(reg: &Registry, slot: u8) -> Option<MemberInfo> {
         let members = reg.members().unwrap();
-        let found = members.iter().find(|&&(s, _)| s == slot);
-        found.and_then(|&(_, info)| info).unwrap_or(MemberInfo {
-            pid: 0,
-            index: None,
-            generation: 0,
-            qps: 0,
-            left: false,
-        })
+        members
+            .iter()
+            .find(|&&(s, _)| s == slot)
+            .and_then(|&(_, info)| info)
     }
 }
