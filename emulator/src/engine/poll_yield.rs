@@ -17,7 +17,7 @@
 //! empty poll), alternating `send_lat --contend 1` runs: median 1.97x (12 runs, all under
 //! 2.25x) against 2.47x (8 runs, all over 2.15x) the blocking UDP ping-pong; `write_bw -s
 //! 65536 --contend 1` 73.0% against 71.4% of UDP (4 each: the loss to the competitor that
-//! once made the first polls spin, 64% -> 56% on another host, did not show). On an idle
+//! once made the first polls spin, 64% -> 56% then, did not show). On an idle
 //! machine a yield returns at once, and a thread whose yields find nobody to run soon
 //! yields rarely ([`PROBE_EVERY`]).
 //!
