@@ -271,6 +271,16 @@ fn every_state_can_go_to_err_and_flushes_posted_receives() {
         side.qp
             .modify(&to_err, QpAttrMask::STATE)
             .expect("ERR -> ERR");
+        // A receive posted in ERR completes at once, flushed, by the post call itself.
+        let late = 30 + depth as u64;
+        side.qp
+            .post_recv(&[RecvWr {
+                wr_id: late,
+                sg_list: vec![side.recv_mr.sge(0, 64).unwrap()],
+            }])
+            .expect("post_recv in ERR");
+        let wc = poll_1(&side.recv_cq, "receive posted in ERR");
+        check_flushed(&wc, late, side.qpn());
     }
 }
 

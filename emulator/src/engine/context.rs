@@ -126,16 +126,32 @@ impl EmuContext {
         qpn: u32,
         call: impl FnOnce(&mut TransportQp, &Env<'_>, &mut Outputs) -> Result<(), PostError>,
     ) -> Result<(), PostError> {
+        let (dev, entry) = self.post_target(qpn)?;
+        dev.on_qp(&entry, None, call)
+            .unwrap_or_else(|| Err(destroyed_since(qpn)))
+    }
+
+    /// [`EmuContext::with_qp`] for a post call that needs no environment (see
+    /// `Device::on_qp_alone`).
+    fn with_qp_alone(
+        &self,
+        qpn: u32,
+        call: impl FnOnce(&mut TransportQp, &mut Outputs) -> Result<(), PostError>,
+    ) -> Result<(), PostError> {
+        let (dev, entry) = self.post_target(qpn)?;
+        dev.on_qp_alone(&entry, call)
+            .unwrap_or_else(|| Err(destroyed_since(qpn)))
+    }
+
+    /// The device and the entry of QP `qpn`, for a post call from this process.
+    fn post_target(&self, qpn: u32) -> Result<(&Device, Arc<QpEntry>), PostError> {
         let dev = self.dev();
         dev.check_opened_here()
             .map_err(|error| PostError { index: 0, error })?;
         let entry = dev
             .qp_entry(qpn)
             .map_err(|error| PostError { index: 0, error })?;
-        dev.on_qp(&entry, None, call).unwrap_or_else(|| {
-            let error = VerbsError::NotFound(format!("QP {qpn:#x} was destroyed"));
-            Err(PostError { index: 0, error })
-        })
+        Ok((dev, entry))
     }
 
     /// The back-off of an application that polls CQs: blocks up to `timeout` until a
@@ -379,7 +395,7 @@ impl VerbsContext for EmuContext {
     }
 
     fn post_recv(&self, qpn: u32, wrs: &[RecvWr]) -> Result<(), PostError> {
-        self.with_qp(qpn, |qp, _, out| qp.post_recv(wrs, out))
+        self.with_qp_alone(qpn, |qp, out| qp.post_recv(wrs, out))
     }
 
     fn post_srq_recv(&self, srq: u32, wrs: &[RecvWr]) -> Result<(), PostError> {
@@ -574,4 +590,10 @@ impl VerbsContext for EmuContext {
     fn ack_async_event(&self, event: &AsyncEvent) -> VerbsResult<()> {
         self.local.events.ack(event)
     }
+}
+
+/// The error of a post call whose QP was destroyed after it was looked up.
+fn destroyed_since(qpn: u32) -> PostError {
+    let error = VerbsError::NotFound(format!("QP {qpn:#x} was destroyed"));
+    PostError { index: 0, error }
 }
