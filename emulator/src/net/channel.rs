@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TryRecvError, TrySendError};
 use parking_lot::Mutex;
 
 use super::OutPacket;
@@ -43,6 +43,7 @@ impl ChannelNetwork {
             network: self.clone(),
             local,
             rx,
+            last_peer: Mutex::new(None),
         })
     }
 }
@@ -52,6 +53,38 @@ pub struct ChannelLink {
     network: ChannelNetwork,
     local: SocketAddr,
     rx: Receiver<InDatagram>,
+    /// The endpoint this link sent to last, and its queue. Most of a link's traffic goes to
+    /// one peer, and the network's map is shared by every link: looked up per datagram,
+    /// both sides of a stream took its lock (and hashed the address) for each.
+    last_peer: Mutex<Option<(SocketAddr, Sender<InDatagram>)>>,
+}
+
+/// Where [`ChannelLink::deliver`] finds the queue of a datagram's destination.
+type LastPeer = Option<(SocketAddr, Sender<InDatagram>)>;
+
+impl ChannelLink {
+    /// Queues `datagram` on the endpoint at `dst`, through `last` when it is that
+    /// endpoint's, else through the network's map (and keeps it in `last`). A full or
+    /// missing endpoint loses the datagram, as a real network would.
+    fn deliver(&self, last: &mut LastPeer, dst: SocketAddr, datagram: InDatagram) {
+        let datagram = match last {
+            Some((addr, tx)) if *addr == dst => match tx.try_send(datagram) {
+                Ok(()) | Err(TrySendError::Full(_)) => return,
+                // The endpoint detached since: another may hold its address now.
+                Err(TrySendError::Disconnected(d)) => d,
+            },
+            _ => datagram,
+        };
+        *last = self
+            .network
+            .endpoints
+            .lock()
+            .get(&dst)
+            .map(|tx| (dst, tx.clone()));
+        if let Some((_, tx)) = last {
+            let _ = tx.try_send(datagram);
+        }
+    }
 }
 
 impl Drop for ChannelLink {
@@ -89,17 +122,14 @@ impl Link for ChannelLink {
 
     fn send_raw(&self, packet: &OutPacket) -> io::Result<()> {
         let dst = SocketAddr::new(packet.dst_ip, packet.udp_dst_port);
-        let target = self.network.endpoints.lock().get(&dst).cloned();
-        if let Some(tx) = target {
-            // Full or gone: the datagram is lost, as on a real network.
-            let _ = tx.try_send(InDatagram {
-                src: SocketAddr::new(self.local.ip(), packet.udp_src_port),
-                dst,
-                payload: packet.bytes.clone(),
-                // What `finalize` computed the ICRC for.
-                ipv4_identification: Some(0),
-            });
-        }
+        let datagram = InDatagram {
+            src: SocketAddr::new(self.local.ip(), packet.udp_src_port),
+            dst,
+            payload: packet.bytes.clone(),
+            // What `finalize` computed the ICRC for.
+            ipv4_identification: Some(0),
+        };
+        self.deliver(&mut self.last_peer.lock(), dst, datagram);
         Ok(())
     }
 
@@ -117,18 +147,16 @@ impl Link for ChannelLink {
         for p in packets.iter_mut() {
             self.finalize(p)?;
         }
-        let endpoints = self.network.endpoints.lock();
+        let mut last = self.last_peer.lock();
         for p in packets.iter_mut() {
             let dst = SocketAddr::new(p.dst_ip, p.udp_dst_port);
-            if let Some(tx) = endpoints.get(&dst) {
-                // Full or gone: the datagram is lost, as on a real network.
-                let _ = tx.try_send(InDatagram {
-                    src: SocketAddr::new(self.local.ip(), p.udp_src_port),
-                    dst,
-                    payload: std::mem::take(&mut p.bytes),
-                    ipv4_identification: Some(0),
-                });
-            }
+            let datagram = InDatagram {
+                src: SocketAddr::new(self.local.ip(), p.udp_src_port),
+                dst,
+                payload: std::mem::take(&mut p.bytes),
+                ipv4_identification: Some(0),
+            };
+            self.deliver(&mut last, dst, datagram);
         }
         Ok(())
     }
@@ -159,5 +187,53 @@ impl Link for ChannelLink {
             n += 1;
         }
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn packet_to(dst: SocketAddr, tag: u8) -> OutPacket {
+        OutPacket {
+            dst_ip: dst.ip(),
+            udp_dst_port: dst.port(),
+            udp_src_port: 49152,
+            bytes: vec![tag; 16],
+            payload: None,
+        }
+    }
+
+    fn tags(link: &ChannelLink) -> Vec<u8> {
+        let mut seen = Vec::new();
+        link.recv_ready(64, &mut |d| seen.push(d.payload[0]))
+            .unwrap();
+        seen
+    }
+
+    #[test]
+    fn datagrams_reach_each_peer_in_turn_and_an_endpoint_that_took_a_detached_ones_address() {
+        let net = ChannelNetwork::new();
+        let addr = |last: u8| SocketAddr::from(([127, 0, 0, last], 4791));
+        let a = net.attach(addr(1)).unwrap();
+        let b = net.attach(addr(2)).unwrap();
+        let c = net.attach(addr(3)).unwrap();
+        let mut batch = [
+            packet_to(addr(2), 1),
+            packet_to(addr(3), 2),
+            packet_to(addr(2), 3),
+        ];
+        a.send_batch(&mut batch).unwrap();
+        assert_eq!((tags(&b), tags(&c)), (vec![1, 3], vec![2]));
+        // A link that sent to `b` last, after `b` left and another took its address.
+        drop(b);
+        let b2 = net.attach(addr(2)).unwrap();
+        a.send_raw(&packet_to(addr(2), 4)).unwrap();
+        a.send_batch(&mut [packet_to(addr(2), 5)]).unwrap();
+        assert_eq!(tags(&b2), vec![4, 5]);
+        // Nobody at an address: lost, and the next send to a live one still arrives.
+        a.send_batch(&mut [packet_to(addr(9), 6), packet_to(addr(3), 7)])
+            .unwrap();
+        assert_eq!(tags(&c), vec![7]);
     }
 }
