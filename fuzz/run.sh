@@ -23,7 +23,10 @@ if ! command -v cargo-fuzz >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked -q
 fi
 start=$(date +%s)
-cargo +nightly fuzz build -O -a --target-dir "$target_dir" >/tmp/softverbs-fuzz-build.log 2>&1 ||
+# The workspace's release profile uses fat LTO, under which the sanitizer-coverage symbols
+# of one crate go missing at link time (rust-lld: undefined symbol __sancov_gen_*).
+CARGO_PROFILE_RELEASE_LTO=false \
+    cargo +nightly fuzz build -O -a --target-dir "$target_dir" >/tmp/softverbs-fuzz-build.log 2>&1 ||
     { tail -n 30 /tmp/softverbs-fuzz-build.log; echo "fuzz: build failed" >&2; exit 1; }
 echo "fuzz: built in $(( $(date +%s) - start )) s"
 corpus=$(mktemp -d)
