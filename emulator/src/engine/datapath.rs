@@ -5,6 +5,7 @@
 use std::io;
 use std::sync::atomic::Ordering;
 
+use parking_lot::MutexGuard;
 use softverbs_api::{AsyncElement, AsyncEvent, AsyncEventKind};
 
 use super::device::{Device, QpEntry};
@@ -30,13 +31,7 @@ impl Device {
         call: impl FnOnce(&mut TransportQp, &Env<'_>, &mut Outputs) -> R,
     ) -> Option<R> {
         let ahs = self.ahs.read();
-        let mut qp = entry.qp.lock();
-        if entry.destroyed.load(Ordering::Relaxed) {
-            self.counters
-                .destroyed_qp_calls
-                .fetch_add(1, Ordering::Relaxed);
-            return None;
-        }
+        let mut qp = self.lock_live_qp(entry)?;
         let read_clock = || super::receive_batch::batch_now(&self.clock);
         let env = Env {
             mem: &self.mem,
@@ -84,13 +79,7 @@ impl Device {
         entry: &QpEntry,
         call: impl FnOnce(&mut TransportQp, &mut Outputs) -> R,
     ) -> Option<R> {
-        let mut qp = entry.qp.lock();
-        if entry.destroyed.load(Ordering::Relaxed) {
-            self.counters
-                .destroyed_qp_calls
-                .fetch_add(1, Ordering::Relaxed);
-            return None;
-        }
+        let mut qp = self.lock_live_qp(entry)?;
         // Three empty vectors: nothing is allocated unless the call produces something.
         let mut out = Outputs::default();
         let result = call(&mut qp, &mut out);
@@ -98,6 +87,19 @@ impl Device {
             self.deliver(entry, &qp, &mut out);
         }
         Some(result)
+    }
+
+    /// The QP of `entry`, locked; `None` (counted in `destroyed_qp_calls`) if it was
+    /// destroyed since the caller looked the entry up.
+    fn lock_live_qp<'e>(&self, entry: &'e QpEntry) -> Option<MutexGuard<'e, TransportQp>> {
+        let qp = entry.qp.lock();
+        if entry.destroyed.load(Ordering::Relaxed) {
+            self.counters
+                .destroyed_qp_calls
+                .fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(qp)
     }
 
     /// Sends the deferred ACKs, if any (see `ack_hold`).
