@@ -55,8 +55,10 @@ pub struct ChannelLink {
     rx: Receiver<InDatagram>,
     /// The endpoint this link sent to last, and its queue. Most of a link's traffic goes to
     /// one peer, and the network's map is shared by every link: looked up per datagram,
-    /// both sides of a stream took its lock (and hashed the address) for each.
-    last_peer: Mutex<Option<(SocketAddr, Sender<InDatagram>)>>,
+    /// both sides of a stream took its lock (and hashed the address) for each. A queue
+    /// whose endpoint detached stays here, emptied (see `Drop`), until the link's next
+    /// send: one such queue per link at most.
+    last_peer: Mutex<LastPeer>,
 }
 
 /// Where [`ChannelLink::deliver`] finds the queue of a datagram's destination.
@@ -90,6 +92,9 @@ impl ChannelLink {
 impl Drop for ChannelLink {
     fn drop(&mut self) {
         self.network.endpoints.lock().remove(&self.local);
+        // Another link may still hold this queue (its `last_peer`): what waits in it is
+        // freed now, not when that link sends again.
+        while self.rx.try_recv().is_ok() {}
     }
 }
 
@@ -225,8 +230,13 @@ mod tests {
         ];
         a.send_batch(&mut batch).unwrap();
         assert_eq!((tags(&b), tags(&c)), (vec![1, 3], vec![2]));
-        // A link that sent to `b` last, after `b` left and another took its address.
+        // A link that sent to `b` last, after `b` left (with two datagrams still queued,
+        // which its leaving frees though `a` holds the queue) and another took its address.
+        a.send_batch(&mut [packet_to(addr(2), 8), packet_to(addr(2), 9)])
+            .unwrap();
         drop(b);
+        let held = a.last_peer.lock().as_ref().map(|(_, tx)| tx.len());
+        assert_eq!(held, Some(0));
         let b2 = net.attach(addr(2)).unwrap();
         a.send_raw(&packet_to(addr(2), 4)).unwrap();
         a.send_batch(&mut [packet_to(addr(2), 5)]).unwrap();
