@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Instructions per message of the data path, counted by callgrind. Unlike times they do not
+# move with the machine's load or with other tenants, so one run of each of two builds
+# compares them (SOFTVERBS_BIN=path/to/other/softverbs for the second); the quiet SEND
+# ping-pong's distance from raw UDP is mostly these instructions (docs/benchmarks.md,
+# "Fewer instructions per message").
+#
+#   tools/bench/instructions.sh        # about ten seconds; needs valgrind
+#
+# Traffic stays on loopback (the tool's own --loopback devices).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null ||
+    { echo "instructions: valgrind missing (apt-get install valgrind)" >&2; exit 1; }
+if [ -z "${SOFTVERBS_BIN:-}" ]; then
+    cargo build --release -q -p softverbs-tools
+fi
+bin=${SOFTVERBS_BIN:-target/release/softverbs}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+# A ping-pong of N round trips (2N messages) and a WRITE stream of M messages.
+N=3000
+M=100000
+valgrind --tool=callgrind --callgrind-out-file="$out/lat" \
+    "$bin" perf send_lat --loopback -s 8 -n "$N" -t 128 >"$out/lat.log" 2>&1 ||
+    { tail -n 20 "$out/lat.log"; echo "instructions: send_lat failed" >&2; exit 1; }
+valgrind --tool=callgrind --callgrind-out-file="$out/bw" \
+    "$bin" perf write_bw --loopback --link inproc -s 64 -n "$M" >"$out/bw.log" 2>&1 ||
+    { tail -n 20 "$out/bw.log"; echo "instructions: write_bw failed" >&2; exit 1; }
+
+# Inclusive instructions of the first function whose line contains PATTERN (n/a if none).
+inclusive() {
+    callgrind_annotate --inclusive=yes "$1" 2>/dev/null |
+        awk -v pat="$2" 'index($0, pat) { gsub(",", "", $1); print $1; found = 1; exit }
+                         END { if (!found) print "n/a" }'
+}
+# Calls of the functions whose name ends with PATTERN, from the profile's call records
+# (`cfn=(id) name` names a callee once, `cfn=(id)` refers to it again, `calls=N` follows).
+calls() {
+    awk -v pat="$2" '
+        /^c?fn=\([0-9]+\) / { id = $1; sub(/^c?fn=/, "", id); name[id] = substr($0, index($0, " ") + 1) }
+        /^cfn=/ { id = $1; sub(/^cfn=/, "", id); callee = id }
+        /^calls=/ {
+            n = $1; sub(/^calls=/, "", n); f = name[callee]
+            if (substr(f, length(f) - length(pat) + 1) == pat) total += n
+        }
+        END { print total + 0 }' "$1"
+}
+# Inclusive instructions per call: the report's line with PATTERN over the calls of NAME.
+per_call() {
+    local all n
+    all=$(inclusive "$1" "$2")
+    n=$(calls "$1" "$3")
+    awk -v a="$all" -v n="$n" 'BEGIN { if (a == "n/a" || n == 0) print "n/a"; else printf "%.0f (%d calls)", a / n, n }'
+}
+
+echo "$bin, callgrind: inclusive instructions per call (symbols needed: an unstripped build)"
+echo
+echo "| path | instructions |"
+echo "|---|---|"
+lat="SEND 8 B ping-pong over UDP (\`send_lat --loopback -s 8 -n $N -t 128\`)"
+bw="WRITE 64 B in-process (\`write_bw --loopback --link inproc -s 64 -n $M\`)"
+post_send='VerbsContext>::post_send'
+post_recv='VerbsContext>::post_recv'
+receive='Device>::receive'
+echo "| $lat: \`post_send\` | $(per_call "$out/lat" "$post_send [" "$post_send") |"
+echo "| the same: \`post_recv\` | $(per_call "$out/lat" "$post_recv [" "$post_recv") |"
+echo "| the same: a datagram's receive (\`Device::receive\`) | $(per_call "$out/lat" "$receive [" "$receive") |"
+echo "| $bw: \`post_send\` | $(per_call "$out/bw" "$post_send [" "$post_send") |"
+echo "| the same: a datagram's receive | $(per_call "$out/bw" "$receive [" "$receive") |"
