@@ -65,10 +65,18 @@ pub struct ChannelLink {
 type LastPeer = Option<(SocketAddr, Sender<InDatagram>)>;
 
 impl ChannelLink {
-    /// Queues `datagram` on the endpoint at `dst`, through `last` when it is that
-    /// endpoint's, else through the network's map (and keeps it in `last`). A full or
-    /// missing endpoint loses the datagram, as a real network would.
-    fn deliver(&self, last: &mut LastPeer, dst: SocketAddr, datagram: InDatagram) {
+    /// Queues `payload`, sent from this link's UDP port `src_port`, on the endpoint at
+    /// `dst`: through `last` when it is that endpoint's, else through the network's map
+    /// (and keeps it in `last`). A full or missing endpoint loses the datagram, as a real
+    /// network would.
+    fn deliver(&self, last: &mut LastPeer, src_port: u16, dst: SocketAddr, payload: Vec<u8>) {
+        let datagram = InDatagram {
+            src: SocketAddr::new(self.local.ip(), src_port),
+            dst,
+            payload,
+            // What `finalize` computed the ICRC for.
+            ipv4_identification: Some(0),
+        };
         let datagram = match last {
             Some((addr, tx)) if *addr == dst => match tx.try_send(datagram) {
                 Ok(()) | Err(TrySendError::Full(_)) => return,
@@ -127,14 +135,13 @@ impl Link for ChannelLink {
 
     fn send_raw(&self, packet: &OutPacket) -> io::Result<()> {
         let dst = SocketAddr::new(packet.dst_ip, packet.udp_dst_port);
-        let datagram = InDatagram {
-            src: SocketAddr::new(self.local.ip(), packet.udp_src_port),
+        let payload = packet.bytes.clone();
+        self.deliver(
+            &mut self.last_peer.lock(),
+            packet.udp_src_port,
             dst,
-            payload: packet.bytes.clone(),
-            // What `finalize` computed the ICRC for.
-            ipv4_identification: Some(0),
-        };
-        self.deliver(&mut self.last_peer.lock(), dst, datagram);
+            payload,
+        );
         Ok(())
     }
 
@@ -155,13 +162,7 @@ impl Link for ChannelLink {
         let mut last = self.last_peer.lock();
         for p in packets.iter_mut() {
             let dst = SocketAddr::new(p.dst_ip, p.udp_dst_port);
-            let datagram = InDatagram {
-                src: SocketAddr::new(self.local.ip(), p.udp_src_port),
-                dst,
-                payload: std::mem::take(&mut p.bytes),
-                ipv4_identification: Some(0),
-            };
-            self.deliver(&mut last, dst, datagram);
+            self.deliver(&mut last, p.udp_src_port, dst, std::mem::take(&mut p.bytes));
         }
         Ok(())
     }
