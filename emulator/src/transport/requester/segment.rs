@@ -240,6 +240,7 @@ fn start_wqe(qp: &mut TransportQp, index: usize, env: &Env<'_>, mtu: u64) -> boo
     let Some(wqe) = qp.sq.get_mut(index) else {
         return false;
     };
+    let segments = wqe.length.div_ceil(mtu).max(1) as u32;
     let local_ok = match wqe.opcode {
         // The response lands in the local SGEs, so they must be writable.
         WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => env
@@ -248,8 +249,9 @@ fn start_wqe(qp: &mut TransportQp, index: usize, env: &Env<'_>, mtu: u64) -> boo
             .is_ok(),
         WrOpcode::Flush => true,
         // Packets are built straight from the gather list (build_packet): here only check
-        // it, so that a bad SGE fails the WQE before anything is sent.
-        _ if wqe.data.is_none() => env
+        // it, so that a bad SGE fails the WQE before anything is sent. A one-packet message
+        // needs no such look ahead: its packet, built next, reads (and checks) every SGE.
+        _ if wqe.data.is_none() && segments > 1 => env
             .mem
             .check_sges(pd, &wqe.sges, AccessFlags::empty())
             .is_ok(),
@@ -259,7 +261,6 @@ fn start_wqe(qp: &mut TransportQp, index: usize, env: &Env<'_>, mtu: u64) -> boo
         wqe.status = Some(WcStatus::LocProtErr);
         return false;
     }
-    let segments = wqe.length.div_ceil(mtu).max(1) as u32;
     wqe.first_psn = next_psn;
     (wqe.packet_count, wqe.psn_count) = match wqe.opcode {
         WrOpcode::RdmaRead => (1, segments),
