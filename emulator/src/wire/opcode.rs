@@ -238,12 +238,15 @@ pub struct OpcodeInfo {
     pub has_immediate: bool,
     /// Carries IETH (SEND with invalidate).
     pub has_invalidate: bool,
+    /// BTH plus extension headers, in bytes (see [`OpcodeInfo::header_len`]): worked out
+    /// once with the table, as every packet parsed or emitted asks for it.
+    header_bytes: usize,
 }
 
 impl OpcodeInfo {
     /// BTH plus extension headers, in bytes: where the payload starts.
     pub fn header_len(&self) -> usize {
-        BTH_LEN + self.headers.len_bytes()
+        self.header_bytes
     }
 
     /// Byte offset from the start of the BTH of `header` (one flag), if the opcode carries it.
@@ -328,6 +331,7 @@ const fn row(
         completes_recv_wqe: (is_send && last) || is_write_imm,
         has_immediate,
         has_invalidate: headers.contains(H::IETH),
+        header_bytes: BTH_LEN + headers.len_bytes(),
     }
 }
 

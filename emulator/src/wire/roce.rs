@@ -203,7 +203,9 @@ impl<'a> RoceRepr<'a> {
     /// payload itself (straight from registered memory) passes any slice that long.
     pub fn emit_headers(&self, buf: &mut [u8]) -> Result<usize, WireError> {
         let info = self.validate()?;
-        let expected = self.buffer_len();
+        // validate() found exactly the opcode's headers: the table knows their length.
+        let pad = self.pad_len();
+        let expected = info.header_len() + self.payload.len() + pad + ICRC_LEN;
         if buf.len() != expected {
             return Err(WireError::LengthMismatch {
                 what: "emit buffer",
@@ -213,7 +215,7 @@ impl<'a> RoceRepr<'a> {
         }
         let mut bth = self.bth;
         // pad_len() < 4, so the cast is lossless.
-        bth.pad_count = self.pad_len() as u8;
+        bth.pad_count = pad as u8;
         bth.emit(&mut BthPacket::new_checked(&mut buf[..])?);
 
         let mut offset = BTH_LEN;
@@ -222,8 +224,12 @@ impl<'a> RoceRepr<'a> {
             self.emit_header(layout.header, at)?;
             offset += layout.len;
         }
+        // Pad and ICRC zeroed: a pad of at most 3 bytes, then 4 bytes at a fixed length
+        // (a fill of their unknown total length was a byte loop).
         let payload_end = offset + self.payload.len();
-        buf[payload_end..].fill(0);
+        let (pad_bytes, icrc) = buf[payload_end..].split_at_mut(pad);
+        pad_bytes.fill(0);
+        icrc.copy_from_slice(&[0; ICRC_LEN]);
         Ok(offset)
     }
 
