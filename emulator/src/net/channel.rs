@@ -106,6 +106,28 @@ impl Drop for ChannelLink {
     }
 }
 
+/// A receiver that comes back to fewer queued datagrams than this lets the queue fill for
+/// [`GATHER_FOR`] before it takes them.
+const GATHER_BELOW: usize = 8;
+/// See [`let_the_queue_fill`].
+const GATHER_FOR: Duration = Duration::from_micros(2);
+
+/// Spins for [`GATHER_FOR`] without touching the queue. A receiver that takes each datagram
+/// right behind its sender moves the queue's cache lines between their CPUs for every one,
+/// which slows the sender down, so the receiver keeps up even more closely: a 64 B WRITE
+/// stream settled at 0.86-1.08 Mpps in some runs (4-7 datagrams per receive) and at
+/// 1.4-1.6 Mpps in others (11 per receive). Only the engine thread waits here, and only
+/// when datagrams were already queued: a wait that finds the queue empty, as in a
+/// ping-pong, returns as soon as one arrives.
+fn let_the_queue_fill() {
+    let started = std::time::Instant::now();
+    while started.elapsed() < GATHER_FOR {
+        for _ in 0..32 {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 impl Link for ChannelLink {
     fn local_addr(&self) -> SocketAddr {
         self.local
@@ -173,6 +195,9 @@ impl Link for ChannelLink {
 
     fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
         if !self.rx.is_empty() {
+            if self.rx.len() < GATHER_BELOW {
+                let_the_queue_fill();
+            }
             return Ok(true);
         }
         let mut sel = Select::new();
