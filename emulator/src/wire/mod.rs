@@ -13,6 +13,7 @@ pub mod deth;
 pub mod error;
 pub mod feth;
 pub mod frame;
+pub mod header_set;
 pub mod icrc;
 pub mod ieth;
 pub mod immdt;
