@@ -116,9 +116,10 @@ const GATHER_FOR: Duration = Duration::from_micros(2);
 /// right behind its sender moves the queue's cache lines between their CPUs for every one,
 /// which slows the sender down, so the receiver keeps up even more closely: a 64 B WRITE
 /// stream settled at 0.86-1.08 Mpps in some runs (4-7 datagrams per receive) and at
-/// 1.4-1.6 Mpps in others (11 per receive). Only the engine thread waits here, and only
-/// when datagrams were already queued: a wait that finds the queue empty, as in a
-/// ping-pong, returns as soon as one arrives.
+/// 1.4-1.6 Mpps in others (11 per receive). Only a wait that found datagrams already
+/// queued spins (the engine thread's between receives; an application's back-off in
+/// `wait_for_traffic` rarely does): one that finds the queue empty, as in a ping-pong,
+/// returns as soon as a datagram arrives.
 fn let_the_queue_fill() {
     let started = std::time::Instant::now();
     while started.elapsed() < GATHER_FOR {
