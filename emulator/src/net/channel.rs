@@ -195,8 +195,9 @@ impl Link for ChannelLink {
     }
 
     fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
-        if !self.rx.is_empty() {
-            if self.rx.len() < GATHER_BELOW {
+        let queued = self.rx.len();
+        if queued > 0 {
+            if queued < GATHER_BELOW {
                 let_the_queue_fill();
             }
             return Ok(true);
