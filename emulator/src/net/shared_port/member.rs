@@ -53,7 +53,7 @@ pub struct SharedCounters {
     /// Datagrams for a slot no live member holds (or whose forwarding queue was full):
     /// handed to this member's own receive pipeline, which drops them as for an unknown QP.
     pub dropped_for_gone_members: AtomicU64,
-    /// Probe rounds this member ran.
+    /// Probe rounds this member completed (counted once their program is attached).
     pub probe_rounds: AtomicU64,
     /// Probes this member answered.
     pub probes_answered: AtomicU64,
@@ -214,7 +214,6 @@ impl Member {
         leaving: Option<u8>,
         wait: Duration,
     ) -> io::Result<Round> {
-        self.counters.probe_rounds.fetch_add(1, Ordering::Relaxed);
         let members = self.registry.members()?;
         let staying: Vec<_> = members.iter().copied().filter(|m| !has_left(m)).collect();
         if members.len() > 1 {
@@ -275,6 +274,9 @@ impl Member {
                 state.leavers.push((slot, generation));
             }
         }
+        // Counted once the program is in place: whoever waits for a round (the tests) then
+        // sees its steering, not the interim one of its probes.
+        self.counters.probe_rounds.fetch_add(1, Ordering::Relaxed);
         Ok(round)
     }
 
