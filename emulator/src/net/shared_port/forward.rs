@@ -171,8 +171,11 @@ mod tests {
     use std::net::Ipv4Addr;
 
     fn device(tag: u8) -> SocketAddr {
-        // A name of this test's own: abstract names are per network namespace.
-        SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 29, 1, tag)), 4791)
+        // A name of this test's own: abstract names are per network namespace, so another
+        // test process at once (a second clone's `cargo test`) takes its own by its pid. Only
+        // a name: nothing binds this address.
+        let port = 10_000 + (std::process::id() % 50_000) as u16;
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 29, 1, tag)), port)
     }
 
     #[test]

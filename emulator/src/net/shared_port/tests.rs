@@ -422,10 +422,11 @@ mod shared_links {
         let tx = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
         let to = SocketAddr::new(ip, port);
         let (listened, unlistened) = (0x0106_0000_0000_1234u64, 0x0106_0000_0000_5678u64);
+        // Before the sends: a's hold starts when it receives, which may be at once.
+        let started = Instant::now();
         tx.send_to(&req_for_service(listened), to).unwrap();
         tx.send_to(&req_for_service(unlistened), to).unwrap();
         let held = || a.link.counters().requests_held.load(Ordering::Relaxed);
-        let started = Instant::now();
         while held() < 2 {
             assert!(started.elapsed() < Duration::from_secs(5), "not held");
             std::thread::sleep(Duration::from_millis(1));
