@@ -6,7 +6,7 @@ use std::io;
 use std::sync::atomic::Ordering;
 
 use parking_lot::MutexGuard;
-use softverbs_api::{AsyncElement, AsyncEvent, AsyncEventKind};
+use softverbs_api::{AsyncElement, AsyncEvent, AsyncEventKind, QpType};
 
 use super::device::{Device, QpEntry};
 use crate::transport::{
@@ -30,14 +30,16 @@ impl Device {
         rx: Option<NetHeader>,
         call: impl FnOnce(&mut TransportQp, &Env<'_>, &mut Outputs) -> R,
     ) -> Option<R> {
-        let ahs = self.ahs.read();
+        // Only a UD send resolves an address handle: the table's read lock (two atomic
+        // read-modify-writes) is not taken for every other call, each receive included.
+        let ahs = (entry.init.qp_type == QpType::Ud).then(|| self.ahs.read());
         let mut qp = self.lock_live_qp(entry)?;
         let read_clock = || super::receive_batch::batch_now(&self.clock);
         let env = Env {
             mem: &self.mem,
             now: CallTime::when_needed(&read_clock),
             srq: entry.srq.as_deref(),
-            ahs: Some(&ahs),
+            ahs: ahs.as_deref(),
             rx,
             // send_packets reads payloads from memory at send time (see there).
             payload_by_reference: true,
