@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use softverbs_api::{
-    qp::AhAttr, AccessFlags, Gid, Mtu, PostError, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState,
-    QpType, RecvWr, SendWr, VerbsResult,
+    backend::QpDataPath, qp::AhAttr, AccessFlags, Gid, Mtu, PostError, QpAttr, QpAttrMask, QpCap,
+    QpInitAttr, QpState, QpType, RecvWr, SendWr, VerbsResult,
 };
 
 use crate::cq::Cq;
@@ -22,6 +22,9 @@ struct QpInner {
     /// The multicast groups it is attached to: detached before it is destroyed, which
     /// the verbs refuse (EBUSY) while any attachment is left.
     mcast_groups: parking_lot::Mutex<Vec<Gid>>,
+    /// The backend's post calls bound to this QP, if it offers them: a post then skips the
+    /// lookup of the QP by number (see `QpDataPath`).
+    data_path: Option<Arc<dyn QpDataPath>>,
 }
 
 impl Drop for QpInner {
@@ -117,6 +120,7 @@ impl<'a> QpBuilder<'a> {
                 qpn,
                 cap,
                 mcast_groups: Default::default(),
+                data_path: self.pd.inner.ctx.inner.backend.qp_data_path(qpn),
             }),
         })
     }
@@ -249,12 +253,18 @@ impl Qp {
 
     /// `ibv_post_send`; on failure, the index of the first WR not posted.
     pub fn post_send(&self, wrs: &[SendWr]) -> Result<(), PostError> {
-        self.backend().post_send(self.inner.qpn, wrs)
+        match &self.inner.data_path {
+            Some(path) => path.post_send(wrs),
+            None => self.backend().post_send(self.inner.qpn, wrs),
+        }
     }
 
     /// `ibv_post_recv`; on failure, the index of the first WR not posted.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), PostError> {
-        self.backend().post_recv(self.inner.qpn, wrs)
+        match &self.inner.data_path {
+            Some(path) => path.post_recv(wrs),
+            None => self.backend().post_recv(self.inner.qpn, wrs),
+        }
     }
 
     /// This side's endpoint for a connection starting at `psn`.

@@ -61,11 +61,17 @@ echo "| path | instructions |"
 echo "|---|---|"
 lat="SEND 8 B ping-pong over UDP (\`send_lat --loopback -s 8 -n $N -t 128\`)"
 bw="WRITE 64 B in-process (\`write_bw --loopback --link inproc -s 64 -n $M\`)"
-post_send='VerbsContext>::post_send'
-post_recv='VerbsContext>::post_recv'
+# A post call of profile FILE: NAME (post_send, post_recv) through the QP's bound calls
+# (`QpDataPath`), or by QP number (`VerbsContext`) in a build from before them.
+post_call() {
+    local r
+    r=$(per_call "$1" "QpDataPath>::$2 [" "QpDataPath>::$2")
+    [ "$r" = n/a ] && r=$(per_call "$1" "VerbsContext>::$2 [" "VerbsContext>::$2")
+    echo "$r"
+}
 receive='Device>::receive'
-echo "| $lat: \`post_send\` | $(per_call "$out/lat" "$post_send [" "$post_send") |"
-echo "| the same: \`post_recv\` | $(per_call "$out/lat" "$post_recv [" "$post_recv") |"
+echo "| $lat: \`post_send\` | $(post_call "$out/lat" post_send) |"
+echo "| the same: \`post_recv\` | $(post_call "$out/lat" post_recv) |"
 echo "| the same: a datagram's receive (\`Device::receive\`) | $(per_call "$out/lat" "$receive [" "$receive") |"
-echo "| $bw: \`post_send\` | $(per_call "$out/bw" "$post_send [" "$post_send") |"
+echo "| $bw: \`post_send\` | $(post_call "$out/bw" post_send) |"
 echo "| the same: a datagram's receive | $(per_call "$out/bw" "$receive [" "$receive") |"

@@ -146,6 +146,19 @@ pub trait VerbsContext: Send + Sync {
     fn post_send(&self, qpn: u32, wrs: &[SendWr]) -> Result<(), PostError>;
     /// `ibv_post_recv` of a WR list; on failure, the index of the first WR not posted.
     fn post_recv(&self, qpn: u32, wrs: &[RecvWr]) -> Result<(), PostError>;
+    /// QP `qpn`'s post calls bound to it, for a caller that keeps the QP's handle (the
+    /// `softverbs` crate's `Qp` asks once, at creation). `None` (the default): the caller
+    /// posts through [`VerbsContext::post_send`] / [`VerbsContext::post_recv`].
+    fn qp_data_path(&self, qpn: u32) -> Option<std::sync::Arc<dyn QpDataPath>> {
+        let _ = qpn;
+        None
+    }
+    /// CQ `cq`'s poll bound to it, as [`VerbsContext::qp_data_path`] for a QP. `None` (the
+    /// default): the caller polls through [`VerbsContext::poll_cq`].
+    fn cq_data_path(&self, cq: u32) -> Option<std::sync::Arc<dyn CqDataPath>> {
+        let _ = cq;
+        None
+    }
 
     /// `ibv_post_srq_recv` of a WR list; on failure, the index of the first WR not posted.
     fn post_srq_recv(&self, srq: u32, wrs: &[RecvWr]) -> Result<(), PostError> {
@@ -266,6 +279,24 @@ pub trait VerbsContext: Send + Sync {
         let _ = event;
         Err(unsupported("async events"))
     }
+}
+
+/// The post calls of one QP, bound to it (see [`VerbsContext::qp_data_path`]): the same
+/// calls as the context's, without finding the QP by its number each time. Why: a polling
+/// application posts millions of times a second, and that lookup (a table lock and a
+/// reference count, four atomic read-modify-writes) was a sizable share of a post. They
+/// fail as the context's calls do once the QP is destroyed.
+pub trait QpDataPath: Send + Sync {
+    /// [`VerbsContext::post_send`] on this QP.
+    fn post_send(&self, wrs: &[SendWr]) -> Result<(), PostError>;
+    /// [`VerbsContext::post_recv`] on this QP.
+    fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), PostError>;
+}
+
+/// The poll of one CQ, bound to it (see [`VerbsContext::cq_data_path`]).
+pub trait CqDataPath: Send + Sync {
+    /// [`VerbsContext::poll_cq`] on this CQ.
+    fn poll(&self, out: &mut [WorkCompletion]) -> VerbsResult<usize>;
 }
 
 fn unsupported(what: &str) -> VerbsError {

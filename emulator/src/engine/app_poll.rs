@@ -5,9 +5,13 @@ use softverbs_api::{VerbsResult, WorkCompletion};
 
 use super::device::Device;
 
-/// `poll_cq` of CQ `cq` of `dev` by an application thread.
-pub(crate) fn poll_cq(dev: &Device, cq: u32, out: &mut [WorkCompletion]) -> VerbsResult<usize> {
-    let n = dev.poll_cq_now(cq, out)?;
+/// `poll_cq` of a CQ of `dev` by an application thread; `poll_now` polls the CQ itself.
+pub(crate) fn poll_cq(
+    dev: &Device,
+    out: &mut [WorkCompletion],
+    poll_now: impl Fn(&mut [WorkCompletion]) -> VerbsResult<usize>,
+) -> VerbsResult<usize> {
+    let n = poll_now(out)?;
     if n > 0 {
         super::poll_yield::poll_found_work();
         return Ok(n);
@@ -30,7 +34,7 @@ pub(crate) fn poll_cq(dev: &Device, cq: u32, out: &mut [WorkCompletion]) -> Verb
     // CPU may run.
     if super::engine_thread::receive_if_free(dev) > 0 {
         super::poll_yield::poll_found_work();
-        return dev.poll_cq_now(cq, out);
+        return poll_now(out);
     }
     dev.flush_deferred_acks();
     super::poll_yield::after_empty_poll(dev);

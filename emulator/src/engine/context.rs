@@ -10,7 +10,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use softverbs_api::backend::{MrKeys, PostError};
+use softverbs_api::backend::{CqDataPath, MrKeys, PostError, QpDataPath};
 use softverbs_api::mw::{BindMwWr, MwBind, MwType};
 use softverbs_api::qp_transition::{validate_modify, ModifyLimits};
 use softverbs_api::{
@@ -20,12 +20,13 @@ use softverbs_api::{
 };
 
 use super::async_events::AsyncEventQueue;
+use super::bound_calls::{at_first, post_alone_on, post_on, EmuCqPath, EmuQpPath};
 use super::comp_channel::CompChannel;
 use super::cq::CompletionQueue;
 use super::device::*;
 use super::engine_thread::DeviceRuntime;
 use crate::transport::qp::ROCE_UDP_PORT;
-use crate::transport::{AddressVector, Env, Outputs, SharedRecvQueue, TransportQp};
+use crate::transport::{AddressVector, SharedRecvQueue, TransportQp};
 
 /// What belongs to one open context rather than to the device: its async event queue and
 /// its completion channels.
@@ -118,40 +119,6 @@ impl EmuContext {
     /// Async events this context lost because its queue was full.
     pub fn async_events_lost(&self) -> u64 {
         self.local.events.lost()
-    }
-
-    /// Runs a post call on QP `qpn` under its lock and delivers what it produced.
-    fn with_qp(
-        &self,
-        qpn: u32,
-        call: impl FnOnce(&mut TransportQp, &Env<'_>, &mut Outputs) -> Result<(), PostError>,
-    ) -> Result<(), PostError> {
-        let (dev, entry) = self.post_target(qpn)?;
-        dev.on_qp(&entry, None, call)
-            .unwrap_or_else(|| Err(destroyed_since(qpn)))
-    }
-
-    /// [`EmuContext::with_qp`] for a post call that needs no environment (see
-    /// `Device::on_qp_alone`).
-    fn with_qp_alone(
-        &self,
-        qpn: u32,
-        call: impl FnOnce(&mut TransportQp, &mut Outputs) -> Result<(), PostError>,
-    ) -> Result<(), PostError> {
-        let (dev, entry) = self.post_target(qpn)?;
-        dev.on_qp_alone(&entry, call)
-            .unwrap_or_else(|| Err(destroyed_since(qpn)))
-    }
-
-    /// The device and the entry of QP `qpn`, for a post call from this process.
-    fn post_target(&self, qpn: u32) -> Result<(&Device, Arc<QpEntry>), PostError> {
-        let dev = self.dev();
-        dev.check_opened_here()
-            .map_err(|error| PostError { index: 0, error })?;
-        let entry = dev
-            .qp_entry(qpn)
-            .map_err(|error| PostError { index: 0, error })?;
-        Ok((dev, entry))
     }
 
     /// The back-off of an application that polls CQs: blocks up to `timeout` until a
@@ -265,7 +232,13 @@ impl VerbsContext for EmuContext {
         let dev = self.dev();
         // A forked child polling would take its parent's datagrams off the shared socket.
         dev.check_opened_here()?;
-        super::app_poll::poll_cq(dev, cq, out)
+        super::app_poll::poll_cq(dev, out, |out| dev.poll_cq_now(cq, out))
+    }
+
+    fn cq_data_path(&self, cq: u32) -> Option<Arc<dyn CqDataPath>> {
+        let cq = self.dev().cq(cq).ok()?;
+        let runtime = self.runtime.clone();
+        Some(Arc::new(EmuCqPath { runtime, cq }))
     }
 
     fn create_qp(&self, pd: u32, init: &QpInitAttr) -> VerbsResult<(u32, QpCap)> {
@@ -391,11 +364,25 @@ impl VerbsContext for EmuContext {
     }
 
     fn post_send(&self, qpn: u32, wrs: &[SendWr]) -> Result<(), PostError> {
-        self.with_qp(qpn, |qp, env, out| qp.post_send(wrs, env, out))
+        let entry = self.dev().qp_entry(qpn).map_err(at_first)?;
+        post_on(self.dev(), &entry, qpn, |qp, env, out| {
+            qp.post_send(wrs, env, out)
+        })
     }
 
     fn post_recv(&self, qpn: u32, wrs: &[RecvWr]) -> Result<(), PostError> {
-        self.with_qp_alone(qpn, |qp, out| qp.post_recv(wrs, out))
+        let entry = self.dev().qp_entry(qpn).map_err(at_first)?;
+        post_alone_on(self.dev(), &entry, qpn, |qp, out| qp.post_recv(wrs, out))
+    }
+
+    fn qp_data_path(&self, qpn: u32) -> Option<Arc<dyn QpDataPath>> {
+        let entry = self.dev().qp_entry(qpn).ok()?;
+        let runtime = self.runtime.clone();
+        Some(Arc::new(EmuQpPath {
+            runtime,
+            entry,
+            qpn,
+        }))
     }
 
     fn post_srq_recv(&self, srq: u32, wrs: &[RecvWr]) -> Result<(), PostError> {
@@ -590,10 +577,4 @@ impl VerbsContext for EmuContext {
     fn ack_async_event(&self, event: &AsyncEvent) -> VerbsResult<()> {
         self.local.events.ack(event)
     }
-}
-
-/// The error of a post call whose QP was destroyed after it was looked up.
-fn destroyed_since(qpn: u32) -> PostError {
-    let error = VerbsError::NotFound(format!("QP {qpn:#x} was destroyed"));
-    PostError { index: 0, error }
 }

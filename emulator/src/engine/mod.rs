@@ -22,6 +22,7 @@ mod ack_hold;
 mod app_poll;
 mod app_wait;
 pub mod async_events;
+mod bound_calls;
 pub mod clock;
 pub mod comm_est;
 pub mod comp_channel;

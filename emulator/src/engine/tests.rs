@@ -22,7 +22,7 @@ const DEVICE_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 1));
 const PEER_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 2));
 
 /// A device on a fresh channel network, and a raw endpoint of that network to send from.
-fn device_and_peer() -> (EmuContext, ChannelLink) {
+pub(super) fn device_and_peer() -> (EmuContext, ChannelLink) {
     let net = ChannelNetwork::new();
     let link = net.attach(SocketAddr::new(DEVICE_IP, 4791)).unwrap();
     let peer = net.attach(SocketAddr::new(PEER_IP, 4791)).unwrap();
@@ -289,7 +289,7 @@ fn a_packet_looked_up_before_destroy_qp_does_nothing_after_it() {
 }
 
 /// A PD, a CQ of 8 and an RC QP in RESET on it, of `ctx`: (PD, CQ, QP number).
-fn rc_qp(ctx: &EmuContext) -> (u32, u32, u32) {
+pub(super) fn rc_qp(ctx: &EmuContext) -> (u32, u32, u32) {
     use softverbs_api::{QpInitAttr, QpType, VerbsContext};
     let pd = ctx.alloc_pd().unwrap();
     let (cq, _) = ctx.create_cq(8, None).unwrap();
