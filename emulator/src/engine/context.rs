@@ -352,6 +352,11 @@ impl VerbsContext for EmuContext {
         dev.retired_qp_counters.lock().add(&counters);
         // Type 2 windows bound through it can never be used again: free their regions.
         dev.mem.release_qp_windows(qpn);
+        // The receiver's last QP may be this one: let go of it now, not at the next datagram
+        // (a receiver busy at this moment finds it destroyed).
+        if let Some(mut receiver) = dev.rx_lock.try_lock() {
+            receiver.qp.forget(qpn);
+        }
         Ok(())
     }
 

@@ -50,6 +50,8 @@ pub(crate) fn run(dev: &Arc<Device>) {
     let mut seen_polls = dev.app_polls.load(Ordering::Relaxed);
     let mut nap = NapBackoff::default();
     let mut last_traffic_ns: Option<u64> = None;
+    // A blocking link's one receiver is this thread, without `rx_lock`.
+    let mut last_qp = super::receive::LastQp::default();
     while !dev.shutdown.load(Ordering::Acquire) {
         let now = dev.clock.now_ns();
         let hint = dev.deadline_hint_ns.swap(u64::MAX, Ordering::AcqRel);
@@ -118,7 +120,7 @@ pub(crate) fn run(dev: &Arc<Device>) {
             };
             dev.link.recv(wait).map(|got| match got {
                 Some(datagram) => {
-                    dev.receive(datagram.view());
+                    dev.receive(datagram.view(), &mut last_qp);
                     1
                 }
                 None => {
@@ -238,7 +240,7 @@ fn receive_ready(
                 super::ack_hold::begin();
                 holding = true;
             }
-            dev.receive(d);
+            dev.receive(d, &mut last.qp);
             // Whoever received the batch: a stream's window must not wait for its end.
             if let Some(mut due) = super::ack_hold::datagram_handled() {
                 if dev.port_active() {

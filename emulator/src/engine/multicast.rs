@@ -248,7 +248,7 @@ fn deliver_from(dev: &Device, socket: &GroupSocket, buf: &mut [u8]) {
             ipv4_identification: None,
         };
         // One receiver at a time, as for the device's own link (see `receive`).
-        let _receiver = dev.rx_lock.lock();
-        dev.receive(view);
+        let mut receiver = dev.rx_lock.lock();
+        dev.receive(view, &mut receiver.qp);
     }
 }

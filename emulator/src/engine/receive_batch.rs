@@ -49,4 +49,6 @@ pub(crate) struct LastReceive {
     /// Datagrams come in pairs: the last lone one had another right behind it (an ACK
     /// ahead of the peer's answer, as with every SEND signaled).
     pub(crate) pairs: bool,
+    /// The QP the last datagram went to.
+    pub(crate) qp: super::receive::LastQp,
 }

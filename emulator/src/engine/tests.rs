@@ -288,6 +288,78 @@ fn a_packet_looked_up_before_destroy_qp_does_nothing_after_it() {
     assert_eq!(dev.counters.destroyed_qp_calls.load(Ordering::Relaxed), 2);
 }
 
+/// The datagram the peer sends along `path` with `repr`, its ICRC included.
+fn from_peer(path: &PathInfo, repr: &RoceRepr<'_>) -> Vec<u8> {
+    let mut packet = OutPacket::build(path, repr).unwrap();
+    let (IpAddr::V4(src), IpAddr::V4(dst)) = (PEER_IP, DEVICE_IP) else {
+        unreachable!("IPv4 test addresses")
+    };
+    let icrc = crate::wire::IcrcContext {
+        ip: crate::wire::IpHeaderInfo::V4 {
+            src,
+            dst,
+            identification: 0,
+            flags_fragment: 0x4000,
+        },
+        udp_src_port: path.udp_src_port,
+        udp_dst_port: path.udp_dst_port,
+    };
+    crate::wire::write_icrc(&icrc, &mut packet.bytes);
+    packet.bytes
+}
+
+/// `datagram` (from [`from_peer`] along `path`) as the device's link hands it over.
+fn view_from_peer<'a>(path: &PathInfo, datagram: &'a [u8]) -> crate::net::DatagramView<'a> {
+    crate::net::DatagramView {
+        src: SocketAddr::new(PEER_IP, path.udp_src_port),
+        dst: SocketAddr::new(DEVICE_IP, path.udp_dst_port),
+        payload: datagram,
+        ipv4_identification: Some(0),
+    }
+}
+
+/// The receiver's last QP: a datagram for it finds it without the table, one for a QP
+/// destroyed since does not reach the old QP and lets its entry go, and a destroy lets go
+/// of the entry the device's receiver kept.
+#[test]
+fn the_receivers_last_qp_is_used_while_it_lives_and_let_go_once_destroyed() {
+    let (ctx, _peer) = device_and_peer();
+    let (_, _, qpn) = rc_qp(&ctx);
+    let dev = ctx.dev();
+    let entry = dev.qps.read().get(&qpn).cloned().unwrap();
+    let path = PathInfo {
+        dst_ip: DEVICE_IP,
+        udp_dst_port: 4791,
+        udp_src_port: 0xc005,
+    };
+    let send = from_peer(
+        &path,
+        &RoceRepr::new(BthRepr::new(Opcode::RC_SEND_ONLY, qpn, Psn::new(0)), b"x"),
+    );
+    let delivered = || dev.counters.delivered.load(Ordering::Relaxed);
+    let unknown = || dev.counters.unknown_qp.load(Ordering::Relaxed);
+
+    let mut last = super::receive::LastQp::default();
+    dev.receive(view_from_peer(&path, &send), &mut last);
+    dev.receive(view_from_peer(&path, &send), &mut last);
+    assert_eq!((delivered(), unknown()), (2, 0), "both reached the QP");
+    assert_eq!(
+        Arc::strong_count(&entry),
+        3,
+        "the table, this test and the last QP"
+    );
+
+    // The device's own receiver keeps the same; a destroy lets go of it at once.
+    dev.receive(view_from_peer(&path, &send), &mut dev.rx_lock.lock().qp);
+    assert_eq!(Arc::strong_count(&entry), 4);
+    softverbs_api::VerbsContext::destroy_qp(&ctx, qpn).unwrap();
+    assert_eq!(Arc::strong_count(&entry), 2, "this test and `last`");
+
+    dev.receive(view_from_peer(&path, &send), &mut last);
+    assert_eq!((delivered(), unknown()), (3, 1), "not to the destroyed QP");
+    assert_eq!(Arc::strong_count(&entry), 1, "let go at the lookup");
+}
+
 /// A PD, a CQ of 8 and an RC QP in RESET on it, of `ctx`: (PD, CQ, QP number).
 pub(super) fn rc_qp(ctx: &EmuContext) -> (u32, u32, u32) {
     use softverbs_api::{QpInitAttr, QpType, VerbsContext};
@@ -453,29 +525,10 @@ fn an_ack_held_by_a_batch_leaves_ahead_of_an_answer_posted_meanwhile_on_another_
         udp_dst_port: 4791,
         udp_src_port: 0xc004,
     };
-    let mut request = OutPacket::build(&path, &RoceRepr::new(bth, b"ping")).unwrap();
-    let (IpAddr::V4(src), IpAddr::V4(dst)) = (PEER_IP, DEVICE_IP) else {
-        unreachable!("IPv4 test addresses")
-    };
-    let icrc = crate::wire::IcrcContext {
-        ip: crate::wire::IpHeaderInfo::V4 {
-            src,
-            dst,
-            identification: 0,
-            flags_fragment: 0x4000,
-        },
-        udp_src_port: path.udp_src_port,
-        udp_dst_port: path.udp_dst_port,
-    };
-    crate::wire::write_icrc(&icrc, &mut request.bytes);
+    let request = from_peer(&path, &RoceRepr::new(bth, b"ping"));
     // This thread plays the engine thread's batch: it receives the request and goes on.
     super::ack_hold::begin();
-    dev.receive(crate::net::DatagramView {
-        src: SocketAddr::new(PEER_IP, path.udp_src_port),
-        dst: SocketAddr::new(DEVICE_IP, path.udp_dst_port),
-        payload: &request.bytes,
-        ipv4_identification: Some(0),
-    });
+    dev.receive(view_from_peer(&path, &request), &mut Default::default());
     let mut wc = [WorkCompletion::default()];
     assert_eq!(
         ctx.poll_cq(cq, &mut wc).unwrap(),
