@@ -9,7 +9,7 @@
 //!   the post call carries it.
 
 use parking_lot::Mutex;
-use softverbs_api::{AccessFlags, SendFlags, SendWr, Sge};
+use softverbs_api::{AccessFlags, QpDataPath, SendFlags, SendWr, Sge};
 
 /// What the copies need of a context: its backend, and the lkey of a registered region
 /// that covers some bytes (the context's handle table, one layer up, provides it).
@@ -87,17 +87,23 @@ impl AtomicRing {
     }
 }
 
-/// Posts `wrs` on QP `qpn`, first copying the inline data that lies in no registered region
-/// into a region registered (in `pd`) for the duration of the call.
+/// Posts `wrs` on QP `qpn` (through `path`, its bound calls, if it has them), first copying
+/// the inline data that lies in no registered region into a region registered (in `pd`) for
+/// the duration of the call.
 pub fn post_send(
     ctx: &dyn RegionLookup,
     pd: u32,
     qpn: u32,
+    path: Option<&dyn QpDataPath>,
     mut wrs: Vec<SendWr>,
 ) -> Result<(), softverbs_api::PostError> {
+    let post = |wrs: &[SendWr]| match path {
+        Some(path) => path.post_send(wrs),
+        None => ctx.backend().post_send(qpn, wrs),
+    };
     let inline = |w: &SendWr| w.send_flags.contains(SendFlags::INLINE);
     if !wrs.iter().any(inline) {
-        return ctx.backend().post_send(qpn, &wrs);
+        return post(&wrs);
     }
     // verbs.h ignores the lkey of inline data: find the region that holds each buffer, and
     // gather the bytes in none into one staging buffer.
@@ -125,7 +131,7 @@ pub fn post_send(
         }
     }
     if places.is_empty() {
-        return ctx.backend().post_send(qpn, &wrs);
+        return post(&wrs);
     }
     let keys = ctx
         .backend()
@@ -141,7 +147,7 @@ pub fn post_send(
         s.addr = staged.as_ptr() as u64 + offset as u64;
         s.lkey = keys.lkey;
     }
-    let result = ctx.backend().post_send(qpn, &wrs);
+    let result = post(&wrs);
     // Inline data was copied by the post: the staging region can go.
     let _ = ctx.backend().dereg_mr(keys.lkey);
     result

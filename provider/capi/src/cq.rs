@@ -171,6 +171,7 @@ unsafe fn create(
             read_completion_wallclock_ns: Some(sv_read_zero_u64),
         },
         current: Mutex::new(WorkCompletion::default()),
+        data_path: ctx.backend().cq_data_path(id),
     });
     let p = Box::into_raw(sv) as *mut IbvCqEx;
     register(p as *mut IbvCq, Kind::Cq);

@@ -168,8 +168,8 @@ pub unsafe extern "C" fn sv_post_send(
         cur = unsafe { (*cur).next };
     }
     // SAFETY: the QP is one of ours (an SvQp).
-    let pd_id = unsafe { (*(qp as *const crate::handle::SvQp)).pd_id };
-    let result = crate::bounce::post_send(ctx, pd_id, qpn, wrs);
+    let sv = unsafe { &*(qp as *const crate::handle::SvQp) };
+    let result = crate::bounce::post_send(ctx, sv.pd_id, qpn, sv.data_path.as_deref(), wrs);
     // SAFETY: bad_wr is NULL or writable.
     unsafe { report(result, &ptrs, failed, bad_wr) }
 }
@@ -246,7 +246,11 @@ pub unsafe extern "C" fn sv_post_recv(
     };
     // SAFETY: the application's list.
     let (wrs, ptrs, failed) = unsafe { recv_list(wr) };
-    let result = ctx.backend().post_recv(qpn, &wrs);
+    // SAFETY: the QP is one of ours (an SvQp).
+    let result = match unsafe { &(*(qp as *const crate::handle::SvQp)).data_path } {
+        Some(path) => path.post_recv(&wrs),
+        None => ctx.backend().post_recv(qpn, &wrs),
+    };
     // SAFETY: bad_wr is NULL or writable.
     unsafe { report(result, &ptrs, failed, bad_wr) }
 }

@@ -87,6 +87,7 @@ unsafe fn create(a: CreateArgs) -> *mut IbvQp {
         pd_id,
         send_depth: granted.max_send_wr,
         atomic: crate::bounce::AtomicRing::new(),
+        data_path: ctx.backend().qp_data_path(qpn),
     });
     let p = Box::into_raw(sv) as *mut IbvQp;
     register(p, Kind::Qp);

@@ -107,7 +107,8 @@ extern "C" fn wr_complete(qp: *mut IbvQpEx) -> i32 {
             (*qp).qp_base.qp_num,
         )
     };
-    match crate::bounce::post_send(ctx, sv(qp).pd_id, qpn, wrs) {
+    let sv = sv(qp);
+    match crate::bounce::post_send(ctx, sv.pd_id, qpn, sv.data_path.as_deref(), wrs) {
         Ok(()) => 0,
         Err(e) => e.error.errno(),
     }
