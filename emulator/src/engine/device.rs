@@ -9,7 +9,7 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::{Mutex, RwLock};
 use softverbs_api::{
-    AhAttr, AsyncElement, AsyncEvent, Mtu, QpAttr, QpAttrMask, QpInitAttr, VerbsError, VerbsResult,
+    AhAttr, AsyncElement, AsyncEvent, Mtu, QpAttr, QpAttrMask, VerbsError, VerbsResult,
     WorkCompletion,
 };
 
@@ -27,38 +27,10 @@ use super::id_hash::IdHash;
 use super::receive_batch::LastReceive;
 use crate::memory::MrTable;
 use crate::net::Link;
-use crate::transport::{AhTable, SharedRecvQueue, TransportQp};
+use crate::transport::{AhTable, SharedRecvQueue};
 
 pub use super::limits::*;
-
-/// A QP, the CQs it completes into and the SRQ it receives from.
-pub(crate) struct QpEntry {
-    pub(crate) qp: Mutex<TransportQp>,
-    pub(crate) init: QpInitAttr,
-    pub(crate) send_cq: Arc<CompletionQueue>,
-    pub(crate) recv_cq: Arc<CompletionQueue>,
-    pub(crate) srq: Option<Arc<Mutex<SharedRecvQueue>>>,
-    /// The context that created it (whose async queue gets its events).
-    pub(crate) owner: u64,
-    /// Set by `destroy_qp` while it holds `qp`'s lock, read by `on_qp` under that lock
-    /// (kernel rxe's `qp->valid`): a caller that found the entry before the destroy and
-    /// locks it after does nothing, so nothing runs on a QP once `destroy_qp` returned.
-    pub(crate) destroyed: AtomicBool,
-    /// Times the QP went to RESET, stamped on its completions (see `purge_completions`).
-    pub(crate) resets: AtomicU32,
-}
-
-impl QpEntry {
-    /// The QP went to RESET: its completions still queued leave its CQs, as on mlx5 (see
-    /// `CompletionQueue::purge`). Called under the QP's lock.
-    pub(crate) fn purge_completions(&self, qpn: u32) {
-        let resets = self.resets.fetch_add(1, Ordering::Relaxed) + 1;
-        self.send_cq.purge(qpn, resets);
-        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
-            self.recv_cq.purge(qpn, resets);
-        }
-    }
-}
+pub(crate) use super::qp_entry::QpEntry;
 
 /// The state of one device, shared by its contexts and its engine thread.
 pub struct Device {
@@ -98,7 +70,7 @@ pub struct Device {
     pub(crate) comm_est_handler: RwLock<Option<Arc<dyn CommEstHandler>>>,
     pub(crate) pds: Mutex<HashMap<u32, ()>>,
     pub(crate) cqs: RwLock<HashMap<u32, Arc<CompletionQueue>, IdHash>>,
-    pub(crate) qps: RwLock<HashMap<u32, Arc<QpEntry>, IdHash>>,
+    pub(crate) qps: super::qp_entry::QpTable,
     /// The transport counters of the QPs destroyed so far, so that the device's totals
     /// ([`EmuContext::transport_totals`](super::EmuContext::transport_totals)) keep them.
     pub(crate) retired_qp_counters: Mutex<Counters>,

@@ -51,7 +51,7 @@ pub(crate) fn run(dev: &Arc<Device>) {
     let mut nap = NapBackoff::default();
     let mut last_traffic_ns: Option<u64> = None;
     // A blocking link's one receiver is this thread, without `rx_lock`.
-    let mut last_qp = super::receive::LastQp::default();
+    let mut last_qp = super::qp_entry::LastQp::default();
     while !dev.shutdown.load(Ordering::Acquire) {
         let now = dev.clock.now_ns();
         let hint = dev.deadline_hint_ns.swap(u64::MAX, Ordering::AcqRel);

@@ -47,6 +47,7 @@ pub mod limits;
 mod mcast_groups;
 pub mod multicast;
 mod poll_yield;
+mod qp_entry;
 pub mod receive;
 mod receive_batch;
 pub mod registry;

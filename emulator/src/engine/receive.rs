@@ -25,6 +25,7 @@ use softverbs_api::QpType;
 use super::device::{Device, QpEntry};
 use super::device_counters::RxDrop;
 use super::gsi::GsiHandler;
+use super::qp_entry::LastQp;
 use crate::net::icrc_check::{icrc_ok, ipv4_identification};
 use crate::net::DatagramView;
 use crate::transport::NetHeader;
@@ -124,7 +125,7 @@ impl Device {
             handler.on_gsi_packet(&repr, d.src);
             return Ok(());
         }
-        let entry = last_qp.entry(self, qpn).ok_or(RxDrop::UnknownQp)?;
+        let entry = last_qp.entry(&self.qps, qpn).ok_or(RxDrop::UnknownQp)?;
         self.deliver_to_qp(entry, &repr, d, net_header(d))
     }
 
@@ -150,32 +151,6 @@ impl Device {
     /// Installs (or, with `None`, removes) the handler of QP1 packets.
     pub(crate) fn set_gsi_handler(&self, handler: Option<Arc<dyn GsiHandler>>) {
         *self.gsi_handler.write() = handler;
-    }
-}
-
-/// The QP the receiver of the moment handed its last datagram to (it keeps this beside the
-/// arrival order, under `rx_lock`): the datagrams of a stream or a ping-pong, one QP's in a
-/// row, skip the QP table's read lock and a reference to the entry, four atomic
-/// read-modify-writes per datagram. A QP destroyed since is looked up again (and found
-/// gone); its entry is let go at the next lookup, or by `forget` when the QP goes.
-#[derive(Default)]
-pub(crate) struct LastQp(Option<(u32, Arc<QpEntry>)>);
-
-impl LastQp {
-    /// The entry of QP `qpn` of `dev`, if it exists.
-    fn entry(&mut self, dev: &Device, qpn: u32) -> Option<&QpEntry> {
-        let live = |(n, e): &(u32, Arc<QpEntry>)| *n == qpn && !e.destroyed.load(Ordering::Relaxed);
-        if !self.0.as_ref().is_some_and(live) {
-            self.0 = dev.qps.read().get(&qpn).map(|e| (qpn, e.clone()));
-        }
-        self.0.as_ref().map(|(_, e)| &**e)
-    }
-
-    /// Lets go of QP `qpn`'s entry, if this is it (the QP was destroyed).
-    pub(crate) fn forget(&mut self, qpn: u32) {
-        if self.0.as_ref().is_some_and(|(n, _)| *n == qpn) {
-            self.0 = None;
-        }
     }
 }
 

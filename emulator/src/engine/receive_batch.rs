@@ -50,5 +50,5 @@ pub(crate) struct LastReceive {
     /// ahead of the peer's answer, as with every SEND signaled).
     pub(crate) pairs: bool,
     /// The QP the last datagram went to.
-    pub(crate) qp: super::receive::LastQp,
+    pub(crate) qp: super::qp_entry::LastQp,
 }

@@ -339,7 +339,7 @@ fn the_receivers_last_qp_is_used_while_it_lives_and_let_go_once_destroyed() {
     let delivered = || dev.counters.delivered.load(Ordering::Relaxed);
     let unknown = || dev.counters.unknown_qp.load(Ordering::Relaxed);
 
-    let mut last = super::receive::LastQp::default();
+    let mut last = super::qp_entry::LastQp::default();
     dev.receive(view_from_peer(&path, &send), &mut last);
     dev.receive(view_from_peer(&path, &send), &mut last);
     assert_eq!((delivered(), unknown()), (2, 0), "both reached the QP");
