@@ -9,7 +9,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use softverbs_api::{CqDataPath, VerbsError, VerbsResult, WorkCompletion};
+use softverbs_api::{CqPoller, VerbsError, VerbsResult, WorkCompletion};
 
 use crate::context::Context;
 use crate::fd::borrow_backend_fd;
@@ -22,9 +22,9 @@ pub(crate) struct CqInner {
     pub(crate) channel: Option<CompChannel>,
     /// Events of this CQ handed out by the channel and not yet acknowledged.
     pub(crate) unacked: Mutex<u32>,
-    /// The backend's poll bound to this CQ, if it offers one: a poll then skips the
-    /// lookup of the CQ by id (see `CqDataPath`).
-    data_path: Option<Arc<dyn CqDataPath>>,
+    /// Its poll: bound to it if the backend offers that, so that a poll skips the lookup
+    /// of the CQ by id (see `CqDataPath`).
+    poller: CqPoller,
     /// Events the async waiters took from the channel for this CQ and not yet consumed.
     #[cfg(feature = "tokio")]
     pub(crate) async_wait: crate::async_wait_state::CqWaitState,
@@ -82,7 +82,7 @@ impl Cq {
                 capacity: AtomicU32::new(capacity),
                 channel: channel.cloned(),
                 unacked: Mutex::new(0),
-                data_path: ctx.inner.backend.cq_data_path(id),
+                poller: CqPoller::new(&*ctx.inner.backend, id),
                 #[cfg(feature = "tokio")]
                 async_wait: Default::default(),
             }),
@@ -160,10 +160,7 @@ impl Cq {
 
     /// `ibv_poll_cq`: fills `out` from the front of `out`; returns how many. Never blocks.
     pub fn poll(&self, out: &mut [WorkCompletion]) -> VerbsResult<usize> {
-        match &self.inner.data_path {
-            Some(path) => path.poll(out),
-            None => self.inner.ctx.inner.backend.poll_cq(self.inner.id, out),
-        }
+        self.inner.poller.poll(&*self.inner.ctx.inner.backend, out)
     }
 
     /// Polls until `n` completions have arrived or `timeout` passes, whichever is first;

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use softverbs_api::{
-    backend::QpDataPath, qp::AhAttr, AccessFlags, Gid, Mtu, PostError, QpAttr, QpAttrMask, QpCap,
-    QpInitAttr, QpState, QpType, RecvWr, SendWr, VerbsResult,
+    qp::AhAttr, AccessFlags, Gid, Mtu, PostError, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpPoster,
+    QpState, QpType, RecvWr, SendWr, VerbsResult,
 };
 
 use crate::cq::Cq;
@@ -22,9 +22,9 @@ struct QpInner {
     /// The multicast groups it is attached to: detached before it is destroyed, which
     /// the verbs refuse (EBUSY) while any attachment is left.
     mcast_groups: parking_lot::Mutex<Vec<Gid>>,
-    /// The backend's post calls bound to this QP, if it offers them: a post then skips the
+    /// Its post calls: bound to it if the backend offers that, so that a post skips the
     /// lookup of the QP by number (see `QpDataPath`).
-    data_path: Option<Arc<dyn QpDataPath>>,
+    poster: QpPoster,
 }
 
 impl Drop for QpInner {
@@ -120,7 +120,7 @@ impl<'a> QpBuilder<'a> {
                 qpn,
                 cap,
                 mcast_groups: Default::default(),
-                data_path: self.pd.inner.ctx.inner.backend.qp_data_path(qpn),
+                poster: QpPoster::new(&*self.pd.inner.ctx.inner.backend, qpn),
             }),
         })
     }
@@ -253,18 +253,12 @@ impl Qp {
 
     /// `ibv_post_send`; on failure, the index of the first WR not posted.
     pub fn post_send(&self, wrs: &[SendWr]) -> Result<(), PostError> {
-        match &self.inner.data_path {
-            Some(path) => path.post_send(wrs),
-            None => self.backend().post_send(self.inner.qpn, wrs),
-        }
+        self.inner.poster.post_send(&**self.backend(), wrs)
     }
 
     /// `ibv_post_recv`; on failure, the index of the first WR not posted.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), PostError> {
-        match &self.inner.data_path {
-            Some(path) => path.post_recv(wrs),
-            None => self.backend().post_recv(self.inner.qpn, wrs),
-        }
+        self.inner.poster.post_recv(&**self.backend(), wrs)
     }
 
     /// This side's endpoint for a connection starting at `psn`.

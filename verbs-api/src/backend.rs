@@ -299,6 +299,63 @@ pub trait CqDataPath: Send + Sync {
     fn poll(&self, out: &mut [WorkCompletion]) -> VerbsResult<usize>;
 }
 
+/// The post calls of a QP whose handle the caller keeps (the `softverbs` crate's `Qp`, the
+/// C ABI's): through the backend's bound calls when it offers them, else by number.
+pub struct QpPoster {
+    qpn: u32,
+    bound: Option<std::sync::Arc<dyn QpDataPath>>,
+}
+
+impl QpPoster {
+    /// Asks `ctx` for QP `qpn`'s bound calls, once.
+    pub fn new(ctx: &dyn VerbsContext, qpn: u32) -> QpPoster {
+        QpPoster {
+            qpn,
+            bound: ctx.qp_data_path(qpn),
+        }
+    }
+
+    /// [`VerbsContext::post_send`] on this QP of `ctx`.
+    pub fn post_send(&self, ctx: &dyn VerbsContext, wrs: &[SendWr]) -> Result<(), PostError> {
+        match &self.bound {
+            Some(bound) => bound.post_send(wrs),
+            None => ctx.post_send(self.qpn, wrs),
+        }
+    }
+
+    /// [`VerbsContext::post_recv`] on this QP of `ctx`.
+    pub fn post_recv(&self, ctx: &dyn VerbsContext, wrs: &[RecvWr]) -> Result<(), PostError> {
+        match &self.bound {
+            Some(bound) => bound.post_recv(wrs),
+            None => ctx.post_recv(self.qpn, wrs),
+        }
+    }
+}
+
+/// The poll of a CQ whose handle the caller keeps, as [`QpPoster`] for a QP.
+pub struct CqPoller {
+    cq: u32,
+    bound: Option<std::sync::Arc<dyn CqDataPath>>,
+}
+
+impl CqPoller {
+    /// Asks `ctx` for CQ `cq`'s bound poll, once.
+    pub fn new(ctx: &dyn VerbsContext, cq: u32) -> CqPoller {
+        CqPoller {
+            cq,
+            bound: ctx.cq_data_path(cq),
+        }
+    }
+
+    /// [`VerbsContext::poll_cq`] on this CQ of `ctx`.
+    pub fn poll(&self, ctx: &dyn VerbsContext, out: &mut [WorkCompletion]) -> VerbsResult<usize> {
+        match &self.bound {
+            Some(bound) => bound.poll(out),
+            None => ctx.poll_cq(self.cq, out),
+        }
+    }
+}
+
 fn unsupported(what: &str) -> VerbsError {
     VerbsError::NotSupported(format!("{what} are not supported by this backend"))
 }

@@ -22,7 +22,9 @@ pub mod wc;
 pub mod wr;
 mod wr_builders;
 
-pub use backend::{CqDataPath, DeviceInfo, PostError, QpDataPath, VerbsContext};
+pub use backend::{
+    CqDataPath, CqPoller, DeviceInfo, PostError, QpDataPath, QpPoster, VerbsContext,
+};
 pub use device::{DeviceAttr, Gid, GidEntry, GidType, Mtu, PortAttr, PortState};
 pub use error::{VerbsError, VerbsResult};
 pub use event::{AsyncElement, AsyncEvent, AsyncEventKind};

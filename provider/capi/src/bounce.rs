@@ -9,7 +9,7 @@
 //!   the post call carries it.
 
 use parking_lot::Mutex;
-use softverbs_api::{AccessFlags, QpDataPath, SendFlags, SendWr, Sge};
+use softverbs_api::{AccessFlags, QpPoster, SendFlags, SendWr, Sge};
 
 /// What the copies need of a context: its backend, and the lkey of a registered region
 /// that covers some bytes (the context's handle table, one layer up, provides it).
@@ -87,20 +87,15 @@ impl AtomicRing {
     }
 }
 
-/// Posts `wrs` on QP `qpn` (through `path`, its bound calls, if it has them), first copying
-/// the inline data that lies in no registered region into a region registered (in `pd`) for
-/// the duration of the call.
+/// Posts `wrs` through `qp`'s post calls, first copying the inline data that lies in no
+/// registered region into a region registered (in `pd`) for the duration of the call.
 pub fn post_send(
     ctx: &dyn RegionLookup,
     pd: u32,
-    qpn: u32,
-    path: Option<&dyn QpDataPath>,
+    qp: &QpPoster,
     mut wrs: Vec<SendWr>,
 ) -> Result<(), softverbs_api::PostError> {
-    let post = |wrs: &[SendWr]| match path {
-        Some(path) => path.post_send(wrs),
-        None => ctx.backend().post_send(qpn, wrs),
-    };
+    let post = |wrs: &[SendWr]| qp.post_send(ctx.backend(), wrs);
     let inline = |w: &SendWr| w.send_flags.contains(SendFlags::INLINE);
     if !wrs.iter().any(inline) {
         return post(&wrs);

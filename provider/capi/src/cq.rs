@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 
 use parking_lot::Mutex;
-use softverbs_api::{WcFlags, WorkCompletion};
+use softverbs_api::{CqPoller, WcFlags, WorkCompletion};
 
 use crate::abi::*;
 use crate::channel::SvChannel;
@@ -171,7 +171,7 @@ unsafe fn create(
             read_completion_wallclock_ns: Some(sv_read_zero_u64),
         },
         current: Mutex::new(WorkCompletion::default()),
-        data_path: ctx.backend().cq_data_path(id),
+        poller: CqPoller::new(ctx.backend(), id),
     });
     let p = Box::into_raw(sv) as *mut IbvCqEx;
     register(p as *mut IbvCq, Kind::Cq);

@@ -3,12 +3,10 @@
 //! pointer passed to a destroy call gets EINVAL rather than a crash), and errno helpers.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use parking_lot::{Mutex, RwLock};
-use softverbs_api::{
-    CqDataPath, QpDataPath, SendWr, VerbsContext as _, VerbsError, WorkCompletion,
-};
+use softverbs_api::{CqPoller, QpPoster, SendWr, VerbsError, WorkCompletion};
 use softverbs_emu::engine::EmuContext;
 
 use crate::abi::{IbvContext, IbvCqEx, IbvPd, IbvQpEx, VerbsContext};
@@ -154,10 +152,7 @@ impl SvContext {
     /// policy) made `ib_write_bw -s 65536` 0.87-0.93x of softverbs perf on a quiet machine,
     /// against 0.97-1.0 without it, and was no better beside four competitors.
     pub fn poll(&self, cq: &SvCq, out: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
-        match &cq.data_path {
-            Some(path) => path.poll(out),
-            None => self.emu.poll_cq(cq.cq.cq.handle, out),
-        }
+        cq.poller.poll(&self.emu, out)
     }
 }
 
@@ -171,8 +166,8 @@ pub struct SvCq {
     /// start_poll .. end_poll sequence touches it (verbs.h requires the application to
     /// serialise those on one CQ).
     pub current: Mutex<WorkCompletion>,
-    /// The backend's poll bound to this CQ, if it offers one (see `CqDataPath`).
-    pub data_path: Option<Arc<dyn CqDataPath>>,
+    /// Its poll (bound to it: see `CqDataPath`).
+    pub poller: CqPoller,
 }
 
 /// A QP: the `ibv_qp_ex` applications see, then the WRs being built between
@@ -189,8 +184,8 @@ pub struct SvQp {
     pub send_depth: u32,
     /// Registered slots for ATOMIC WRITE values.
     pub atomic: crate::bounce::AtomicRing,
-    /// The backend's post calls bound to this QP, if it offers them (see `QpDataPath`).
-    pub data_path: Option<Arc<dyn QpDataPath>>,
+    /// Its post calls (bound to it: see `QpDataPath`).
+    pub poster: QpPoster,
 }
 
 /// The state of an `ibv_wr_start` .. `ibv_wr_complete` sequence.

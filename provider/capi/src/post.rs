@@ -137,10 +137,9 @@ pub unsafe extern "C" fn sv_post_send(
         return libc::EINVAL;
     }
     // SAFETY: the application posts on a QP it created through us.
-    let (ctx, qpn, qp_type) = unsafe {
+    let (ctx, qp_type) = unsafe {
         (
             SvContext::from_ptr((*qp).context).expect("open"),
-            (*qp).qp_num,
             (*qp).qp_type,
         )
     };
@@ -169,7 +168,7 @@ pub unsafe extern "C" fn sv_post_send(
     }
     // SAFETY: the QP is one of ours (an SvQp).
     let sv = unsafe { &*(qp as *const crate::handle::SvQp) };
-    let result = crate::bounce::post_send(ctx, sv.pd_id, qpn, sv.data_path.as_deref(), wrs);
+    let result = crate::bounce::post_send(ctx, sv.pd_id, &sv.poster, wrs);
     // SAFETY: bad_wr is NULL or writable.
     unsafe { report(result, &ptrs, failed, bad_wr) }
 }
@@ -238,19 +237,12 @@ pub unsafe extern "C" fn sv_post_recv(
         return libc::EINVAL;
     }
     // SAFETY: the application posts on a QP it created through us.
-    let (ctx, qpn) = unsafe {
-        (
-            SvContext::from_ptr((*qp).context).expect("open"),
-            (*qp).qp_num,
-        )
-    };
+    let ctx = unsafe { SvContext::from_ptr((*qp).context).expect("open") };
     // SAFETY: the application's list.
     let (wrs, ptrs, failed) = unsafe { recv_list(wr) };
     // SAFETY: the QP is one of ours (an SvQp).
-    let result = match unsafe { &(*(qp as *const crate::handle::SvQp)).data_path } {
-        Some(path) => path.post_recv(&wrs),
-        None => ctx.backend().post_recv(qpn, &wrs),
-    };
+    let poster = unsafe { &(*(qp as *const crate::handle::SvQp)).poster };
+    let result = poster.post_recv(ctx.backend(), &wrs);
     // SAFETY: bad_wr is NULL or writable.
     unsafe { report(result, &ptrs, failed, bad_wr) }
 }

@@ -3,7 +3,7 @@
 use std::ffi::c_void;
 
 use parking_lot::Mutex;
-use softverbs_api::{QpAttrMask, QpCap, QpInitAttr};
+use softverbs_api::{QpAttrMask, QpCap, QpInitAttr, QpPoster};
 
 use crate::abi::*;
 use crate::convert;
@@ -87,7 +87,7 @@ unsafe fn create(a: CreateArgs) -> *mut IbvQp {
         pd_id,
         send_depth: granted.max_send_wr,
         atomic: crate::bounce::AtomicRing::new(),
-        data_path: ctx.backend().qp_data_path(qpn),
+        poster: QpPoster::new(ctx.backend(), qpn),
     });
     let p = Box::into_raw(sv) as *mut IbvQp;
     register(p, Kind::Qp);

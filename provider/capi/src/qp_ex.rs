@@ -101,14 +101,9 @@ extern "C" fn wr_complete(qp: *mut IbvQpEx) -> i32 {
         return e;
     }
     // SAFETY: our QP, with an open context.
-    let (ctx, qpn) = unsafe {
-        (
-            SvContext::from_ptr((*qp).qp_base.context).expect("open"),
-            (*qp).qp_base.qp_num,
-        )
-    };
+    let ctx = unsafe { SvContext::from_ptr((*qp).qp_base.context).expect("open") };
     let sv = sv(qp);
-    match crate::bounce::post_send(ctx, sv.pd_id, qpn, sv.data_path.as_deref(), wrs) {
+    match crate::bounce::post_send(ctx, sv.pd_id, &sv.poster, wrs) {
         Ok(()) => 0,
         Err(e) => e.error.errno(),
     }
