@@ -36,7 +36,7 @@ use crate::transport::OutPacket;
 /// Datagrams of a receive batch after which its held ACKs leave: a quarter of the
 /// requester's window of unacknowledged PSNs
 /// ([`MAX_UNACKED_PSNS`](crate::transport::requester::MAX_UNACKED_PSNS)).
-pub(crate) const RELEASE_EVERY: usize = 64;
+pub(crate) const RELEASE_EVERY: usize = 32;
 
 /// BTH opcode of RC ACKNOWLEDGE.
 const RC_ACKNOWLEDGE: u8 = 0x11;

@@ -12,24 +12,18 @@ use crate::wire::{
     request_opcode, AtomicEthRepr, BthRepr, DethRepr, FethRepr, Position, RethRepr, RoceRepr,
 };
 
-/// Most PSNs in flight without an ACK: twice rxe's RXE_MAX_UNACKED_PSNS (128). The window
-/// is the requester's own choice (a responder takes PSNs in order, whatever the window), and
-/// at 128 a 64 KiB WRITE stream's sender stalled for ACKs: `softverbs perf write_bw
-/// --loopback -s 65536 -n 20000 --baseline --rounds 3`, 8 alternating runs each, median
-/// rounds 71.8% of raw UDP against 67.5% (higher in 7 of 8). At 512 it was no better than
-/// 256 (68.3% in 4 runs). 256 packets of 4 KiB in flight fit the 8 MiB socket buffers.
-pub const MAX_UNACKED_PSNS: i32 = 256;
+/// Most PSNs in flight without an ACK (rxe's RXE_MAX_UNACKED_PSNS).
+pub const MAX_UNACKED_PSNS: i32 = 128;
 /// A multi-packet message asks for an ACK at least this often (rxe's RXE_MAX_PKT_PER_ACK).
 pub const MAX_PACKETS_PER_ACK: u32 = 64;
 /// A QP that coalesces ACKs asks for one at least every this many packets (or every half
 /// send queue, if that is less), so that the WQEs nobody waits for still leave the queue
-/// steadily. The window stays open (the ACK of the first part arrives while the rest is
-/// sent), and every ACK less saves the responder a send and the
+/// steadily: half of [`MAX_UNACKED_PSNS`], as often as rxe asks within a long message
+/// ([`MAX_PACKETS_PER_ACK`]). The window stays open (the ACK of the first half arrives
+/// while the second half is sent), and every ACK less saves the responder a send and the
 /// requester a receive. Measured with `softverbs perf write_bw --loopback -s 65536
 /// --baseline --rounds 5`, three alternating runs each: 16 -> 32 packets gave +9%, 32 -> 64
-/// a median ratio to raw UDP of 0.73 against 0.67 (64 B WRITEs: +4% Mpps). A quarter of the
-/// window since it grew to 256: half of it asked for more than [`MAX_PACKETS_PER_ACK`],
-/// which asks first.
+/// a median ratio to raw UDP of 0.73 against 0.67 (64 B WRITEs: +4% Mpps).
 pub const COALESCED_PACKETS_PER_ACK: u32 = 64;
 /// The shortest local ACK timeout (the QP attribute, 4.096 µs × 2^10 = 4.2 ms) under which
 /// ACKs are coalesced. A softverbs responder sends an owed ACK within a fraction of that
