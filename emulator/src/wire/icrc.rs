@@ -159,7 +159,10 @@ fn compute_icrc_with(ctx: &IcrcContext, packet: &[u8], at: usize, payload: &[u8]
     let mut hasher = hasher_after_leading_ones();
     hasher.update(&head[..bth_at + head_end]);
     if payload.is_empty() {
-        hasher.update(&covered[head_end..]);
+        // A short packet is all in the headers' update: an empty one would still cost.
+        if head_end < covered.len() {
+            hasher.update(&covered[head_end..]);
+        }
     } else {
         hasher.update(&covered[head_end..at]);
         hasher.update(payload);
