@@ -11,6 +11,8 @@ pub(crate) fn poll_cq(
     out: &mut [WorkCompletion],
     poll_now: impl Fn(&mut [WorkCompletion]) -> VerbsResult<usize>,
 ) -> VerbsResult<usize> {
+    // A forked child polling would take its parent's datagrams off the shared socket.
+    dev.check_opened_here()?;
     let n = poll_now(out)?;
     if n > 0 {
         super::poll_yield::poll_found_work();

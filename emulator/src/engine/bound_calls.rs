@@ -42,6 +42,13 @@ pub(super) fn post_alone_on(
         .unwrap_or_else(|| Err(destroyed_since(qpn)))
 }
 
+/// The entry of QP `qpn`, for a post call by number: a forked child is refused (EPERM)
+/// before the lookup, whether or not the QP exists, as a bound call would refuse it.
+pub(super) fn entry_to_post(dev: &Device, qpn: u32) -> Result<Arc<QpEntry>, PostError> {
+    dev.check_opened_here().map_err(at_first)?;
+    dev.qp_entry(qpn).map_err(at_first)
+}
+
 /// A failure of the whole list, before its first WR.
 pub(super) fn at_first(error: VerbsError) -> PostError {
     PostError { index: 0, error }
@@ -82,8 +89,6 @@ pub(super) struct EmuCqPath {
 impl CqDataPath for EmuCqPath {
     fn poll(&self, out: &mut [WorkCompletion]) -> VerbsResult<usize> {
         let dev = &self.runtime.device;
-        // A forked child polling would take its parent's datagrams off the shared socket.
-        dev.check_opened_here()?;
         super::app_poll::poll_cq(dev, out, |out| self.cq.poll(out))
     }
 }

@@ -20,7 +20,7 @@ use softverbs_api::{
 };
 
 use super::async_events::AsyncEventQueue;
-use super::bound_calls::{at_first, post_alone_on, post_on, EmuCqPath, EmuQpPath};
+use super::bound_calls::{entry_to_post, post_alone_on, post_on, EmuCqPath, EmuQpPath};
 use super::comp_channel::CompChannel;
 use super::cq::CompletionQueue;
 use super::device::*;
@@ -230,8 +230,6 @@ impl VerbsContext for EmuContext {
 
     fn poll_cq(&self, cq: u32, out: &mut [WorkCompletion]) -> VerbsResult<usize> {
         let dev = self.dev();
-        // A forked child polling would take its parent's datagrams off the shared socket.
-        dev.check_opened_here()?;
         super::app_poll::poll_cq(dev, out, |out| dev.poll_cq_now(cq, out))
     }
 
@@ -369,14 +367,14 @@ impl VerbsContext for EmuContext {
     }
 
     fn post_send(&self, qpn: u32, wrs: &[SendWr]) -> Result<(), PostError> {
-        let entry = self.dev().qp_entry(qpn).map_err(at_first)?;
+        let entry = entry_to_post(self.dev(), qpn)?;
         post_on(self.dev(), &entry, qpn, |qp, env, out| {
             qp.post_send(wrs, env, out)
         })
     }
 
     fn post_recv(&self, qpn: u32, wrs: &[RecvWr]) -> Result<(), PostError> {
-        let entry = self.dev().qp_entry(qpn).map_err(at_first)?;
+        let entry = entry_to_post(self.dev(), qpn)?;
         post_alone_on(self.dev(), &entry, qpn, |qp, out| qp.post_recv(wrs, out))
     }
 

@@ -343,9 +343,10 @@ fn a_forked_child_gets_eperm_on_inherited_objects_and_opens_the_device_anew() {
         (
             num(&child, "post"),
             num(&child, "poll"),
-            num(&child, "create")
+            num(&child, "create"),
+            num(&child, "by_number")
         ),
-        (eperm, eperm, eperm),
+        (eperm, eperm, eperm, eperm),
         "{child}"
     );
     let (child_slot, parent_slot) = (num(&child, "slot"), num(&parent, "slot"));

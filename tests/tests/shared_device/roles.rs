@@ -243,13 +243,20 @@ pub fn fork_role() {
                 .map_err(|e| e.errno()),
         );
         let create = errno(ctx.create_cq(4).map(drop).map_err(|e| e.errno()));
+        // By number, to a QP that does not exist: refused as a child before any lookup.
+        let by_number = errno(
+            ctx.backend()
+                .post_send(qp.qp_num() ^ 0xff, &[SendWr::send(2, Vec::new())])
+                .map_err(|e| e.error.errno()),
+        );
         let again = dev.open();
         let own_slot = slot_of(&again);
         let pd = again.alloc_pd().unwrap();
         let cq = again.create_cq(4).unwrap();
         let own = qp_on(&pd, &cq, 4);
         say(&format!(
-            "child post={post} poll={poll} create={create} slot={own_slot} qpn={:#x}",
+            "child post={post} poll={poll} create={create} by_number={by_number} slot={own_slot} \
+             qpn={:#x}",
             own.qp_num()
         ));
         // SAFETY: ends the child without running the parent's destructors or atexit hooks.
