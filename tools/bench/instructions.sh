@@ -25,6 +25,11 @@ M=100000
 valgrind --tool=callgrind --callgrind-out-file="$out/lat" \
     "$bin" perf send_lat --loopback -s 8 -n "$N" -t 128 >"$out/lat.log" 2>&1 ||
     { tail -n 20 "$out/lat.log"; echo "instructions: send_lat failed" >&2; exit 1; }
+# The empty polls `--baseline` times after a short ping-pong (100,000 of them), counted
+# alone; the peer's own polls, made meanwhile, count too (they find nothing either).
+valgrind --tool=callgrind --callgrind-out-file="$out/empty" --toggle-collect='*lat::empty_poll_ns*' \
+    "$bin" perf send_lat --loopback -s 8 -n 200 -t 128 --baseline --rounds 1 >"$out/empty.log" 2>&1 ||
+    { tail -n 20 "$out/empty.log"; echo "instructions: send_lat --baseline failed" >&2; exit 1; }
 valgrind --tool=callgrind --callgrind-out-file="$out/bw" \
     "$bin" perf write_bw --loopback --link inproc -s 64 -n "$M" >"$out/bw.log" 2>&1 ||
     { tail -n 20 "$out/bw.log"; echo "instructions: write_bw failed" >&2; exit 1; }
@@ -73,5 +78,6 @@ receive='Device>::receive'
 echo "| $lat: \`post_send\` | $(post_call "$out/lat" post_send) |"
 echo "| the same: \`post_recv\` | $(post_call "$out/lat" post_recv) |"
 echo "| the same: a datagram's receive (\`Device::receive\`) | $(per_call "$out/lat" "$receive [" "$receive") |"
+echo "| an empty poll of the CQ (\`send_lat ... --baseline\` after its ping-pong) | $(per_call "$out/empty" "CqDataPath>::poll [" "CqDataPath>::poll") |"
 echo "| $bw: \`post_send\` | $(post_call "$out/bw" post_send) |"
 echo "| the same: a datagram's receive | $(per_call "$out/bw" "$receive [" "$receive") |"

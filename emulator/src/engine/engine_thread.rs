@@ -232,10 +232,15 @@ fn receive_ready(
     let mut holding = false;
     for round in 0..RX_ROUNDS {
         let batch = if round == 0 { first_batch } else { RX_BATCH };
-        // One clock read per batch of datagrams, not per datagram, and none for an empty
-        // receive (see batch_now).
-        super::receive_batch::BATCH_NOW.with(|n| n.set(super::receive_batch::BatchClock::Unread));
+        // One clock read per batch of datagrams, not per datagram (see batch_now), begun by
+        // the batch's first datagram: most receives of a polling application find none.
+        let mut batch_begun = false;
         match dev.link.recv_ready(batch, &mut |d| {
+            if !batch_begun {
+                batch_begun = true;
+                super::receive_batch::BATCH_NOW
+                    .with(|n| n.set(super::receive_batch::BatchClock::Unread));
+            }
             if !holding {
                 super::ack_hold::begin();
                 holding = true;
@@ -260,8 +265,14 @@ fn receive_ready(
             }
         }
     }
-    super::receive_batch::BATCH_NOW.with(|n| n.set(super::receive_batch::BatchClock::Outside));
     last.received(first_batch, total);
+    if holding {
+        super::receive_batch::BATCH_NOW.with(|n| n.set(super::receive_batch::BatchClock::Outside));
+    } else if total == 0 && acks_leave == AckTiming::Deferred {
+        // Nothing came and nothing is held: the polling application's caller sends what
+        // earlier receives deferred (`app_poll::poll_cq`), as below.
+        return result.map(|()| 0);
+    }
     // The newest ACK of each connection the batch acknowledged.
     let mut acks = if holding {
         super::ack_hold::end()

@@ -142,6 +142,10 @@ impl YieldState {
 
 thread_local! {
     static STATE: Cell<YieldState> = Cell::new(YieldState::new(thread_spread()));
+    /// Empty polls this thread spins through without a look at `STATE`, already counted
+    /// there (see [`YieldState::spins_ahead`]): a polling application makes millions of
+    /// them, and copying the state out and back cost each some 40 instructions.
+    static FREE_SPINS: Cell<u32> = const { Cell::new(0) };
 }
 
 /// A number that differs between threads (and runs): the clock's nanoseconds when the
@@ -182,6 +186,18 @@ impl YieldState {
         } else {
             Idle::Spin
         }
+    }
+
+    /// After an empty poll that spins: how many of the next ones will spin as well (none
+    /// while the thread shares its CPU or waits), counted now, so that they need not look
+    /// at the state. A poll that finds work ends them early (`poll_found_work`).
+    fn spins_ahead(&mut self) -> u32 {
+        if self.sharing || self.waiting_until.is_some() {
+            return 0;
+        }
+        let ahead = PROBE_EVERY - 1 - self.empty_polls % PROBE_EVERY;
+        self.empty_polls = self.empty_polls.saturating_add(ahead);
+        ahead
     }
 
     /// Counts a yield; true if this one is to be checked (see [`CHECK_EVERY`]).
@@ -254,14 +270,22 @@ impl YieldState {
 /// CPU or waits for traffic, as the module says, and moves the thread off a CPU it shares
 /// while another idles.
 pub(crate) fn after_empty_poll(dev: &Device) {
+    let pollable = dev.link.pollable();
+    if pollable && FREE_SPINS.with(take_free_spin) {
+        return;
+    }
     let mut state = STATE.with(Cell::get);
-    if !dev.link.pollable() {
+    if !pollable {
         // The engine thread receives for this device: the completion this poll waits for
         // comes from a thread that must get a CPU, so the yields stay frequent.
         state.sharing = true;
     }
     match state.empty_poll(Instant::now) {
-        Idle::Spin => {}
+        Idle::Spin => {
+            if pollable {
+                FREE_SPINS.with(|n| n.set(state.spins_ahead()));
+            }
+        }
         Idle::Wait => {
             super::app_wait::wait_for_traffic(dev, WAIT_AT_MOST);
         }
@@ -275,6 +299,16 @@ pub(crate) fn after_empty_poll(dev: &Device) {
         }
     }
     STATE.with(|s| s.set(state));
+}
+
+/// Takes one of `free` spins; false if none is left.
+fn take_free_spin(free: &Cell<u32>) -> bool {
+    let n = free.get();
+    if n == 0 {
+        return false;
+    }
+    free.set(n - 1);
+    true
 }
 
 /// Yields the CPU, checking one yield in [`CHECK_EVERY`] (every one in quiet mode) for
@@ -336,6 +370,7 @@ pub(crate) fn after_empty_receive() -> bool {
 
 /// A poll found something: the next empty one starts a new wait.
 pub(crate) fn poll_found_work() {
+    FREE_SPINS.with(|n| n.set(0));
     STATE.with(|s| {
         let mut state = s.get();
         state.empty_polls = 0;
@@ -499,6 +534,49 @@ mod tests {
             .filter(|_| s.empty_poll(|| now) == Idle::Yield)
             .count();
         assert_eq!(yields as u32, 2 * PROBE_EVERY);
+    }
+
+    #[test]
+    fn spins_counted_ahead_decide_as_the_state_would_poll_by_poll() {
+        let now = Instant::now();
+        let quiet = || {
+            let mut s = YieldState::new(0);
+            for _ in 0..QUIET_AFTER {
+                s.yielded(false);
+            }
+            assert!(!s.sharing);
+            s
+        };
+        // What each of 100 empty polls does, a poll that finds work after the 40th: every
+        // one through the state, and as `after_empty_poll` goes, with spins counted ahead.
+        let (mut full, mut lane, mut free) = (quiet(), quiet(), 0u32);
+        let mut by_state = Vec::new();
+        let mut with_lane = Vec::new();
+        for i in 0..100 {
+            if i == 40 {
+                full.empty_polls = 0;
+                lane.empty_polls = 0;
+                free = 0;
+            }
+            by_state.push(full.empty_poll(|| now));
+            let idle = if free > 0 {
+                free -= 1;
+                Idle::Spin
+            } else {
+                let idle = lane.empty_poll(|| now);
+                if idle == Idle::Spin {
+                    free = lane.spins_ahead();
+                }
+                idle
+            };
+            with_lane.push(idle);
+        }
+        assert_eq!(with_lane, by_state);
+        assert_eq!(by_state.iter().filter(|&&i| i == Idle::Yield).count(), 2);
+        // Sharing, nothing is counted ahead: every empty poll yields.
+        let mut sharing = YieldState::new(0);
+        assert_eq!(sharing.empty_poll(|| now), Idle::Yield);
+        assert_eq!(sharing.spins_ahead(), 0);
     }
 
     #[test]

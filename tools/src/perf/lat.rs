@@ -390,6 +390,7 @@ pub fn client(
 /// flight (every send completed, every receive posted back), so the polls find nothing; in
 /// waits this long the poller probes for other threads once in 32 polls, which a ping-pong's
 /// short waits seldom do.
+#[inline(never)] // a frame of its own, which `tools/bench/instructions.sh` counts
 fn empty_poll_ns(side: &Side) -> f64 {
     let mut wcs = [WorkCompletion::default(); 4];
     super::udp_baseline::per_call_ns(|| {
