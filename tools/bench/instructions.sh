@@ -27,9 +27,16 @@ valgrind --tool=callgrind --callgrind-out-file="$out/lat" \
     { tail -n 20 "$out/lat.log"; echo "instructions: send_lat failed" >&2; exit 1; }
 # The empty polls `--baseline` times after a short ping-pong (100,000 of them), counted
 # alone; the peer's own polls, made meanwhile, count too (they find nothing either).
-valgrind --tool=callgrind --callgrind-out-file="$out/empty" --toggle-collect='*lat::empty_poll_ns*' \
+valgrind --tool=callgrind --callgrind-out-file="$out/empty" --dump-instr=yes --toggle-collect='*lat::empty_poll_ns*' \
     "$bin" perf send_lat --loopback -s 8 -n 200 -t 128 --baseline --rounds 1 >"$out/empty.log" 2>&1 ||
     { tail -n 20 "$out/empty.log"; echo "instructions: send_lat --baseline failed" >&2; exit 1; }
+# The same ping-pong counted only inside the calls each message makes (post_send, post_recv,
+# the datagram's receive), instruction by instruction, for the locked ones (see below).
+valgrind --tool=callgrind --callgrind-out-file="$out/locked" --dump-instr=yes \
+    --toggle-collect='*QpDataPath>::post_send' --toggle-collect='*QpDataPath>::post_recv' \
+    --toggle-collect='*Device>::receive' \
+    "$bin" perf send_lat --loopback -s 8 -n "$N" -t 128 >"$out/locked.log" 2>&1 ||
+    { tail -n 20 "$out/locked.log"; echo "instructions: send_lat (locked) failed" >&2; exit 1; }
 valgrind --tool=callgrind --callgrind-out-file="$out/bw" \
     "$bin" perf write_bw --loopback --link inproc -s 64 -n "$M" >"$out/bw.log" 2>&1 ||
     { tail -n 20 "$out/bw.log"; echo "instructions: write_bw failed" >&2; exit 1; }
@@ -51,6 +58,34 @@ calls() {
             if (substr(f, length(f) - length(pat) + 1) == pat) total += n
         }
         END { print total + 0 }' "$1"
+}
+# Locked instructions (atomic read-modify-writes: a `lock` prefix, or xchg with memory) that
+# the program's own code executed in profile FILE (made with --dump-instr=yes), per UNITS:
+# each costs some 20 cycles beyond its count, as it waits for the stores before it. Their
+# addresses come from objdump, their execution counts from the profile's per-instruction
+# records (positions: absolute 0x..., relative +n / -n, or * for the same).
+locked() {
+    command -v objdump >/dev/null || { echo "n/a (objdump missing)"; return; }
+    objdump -d --no-show-raw-insn "$bin" |
+        awk '$2 == "lock" || ($2 == "xchg" && $3 ~ /\(/) { a = $1; sub(/:$/, "", a); print a }' \
+            >"$out/locked.addrs"
+    awk -v units="$2" -v binary="$(basename "$bin")" '
+        function hex(h,   i, c, v) {
+            v = 0; h = tolower(h); sub(/^0x/, "", h)
+            for (i = 1; i <= length(h); i++) { c = index("0123456789abcdef", substr(h, i, 1)) - 1; v = v * 16 + c }
+            return v
+        }
+        FNR == NR { want[hex($1)] = 1; next }
+        /^c?ob=\([0-9]+\) / { id = $1; sub(/^c?ob=/, "", id); name[id] = $2 }
+        /^ob=/ { id = $1; sub(/^ob=/, "", id); n = name[id]; ours = substr(n, length(n) - length(binary) + 1) == binary }
+        /^[0-9+*-]/ {
+            p = $1
+            if (p ~ /^0x/) pos = hex(p); else if (p ~ /^\+/) pos += substr(p, 2); else if (p ~ /^-/) pos -= substr(p, 2)
+            if (after_call) { after_call = 0; next }
+            if (ours && (pos in want)) total += $3
+        }
+        /^calls=/ { after_call = 1 }
+        END { printf "%.1f", total / units }' "$out/locked.addrs" "$1"
 }
 # Inclusive instructions per call: the report's line with PATTERN over the calls of NAME.
 per_call() {
@@ -78,6 +113,8 @@ receive='Device>::receive'
 echo "| $lat: \`post_send\` | $(post_call "$out/lat" post_send) |"
 echo "| the same: \`post_recv\` | $(post_call "$out/lat" post_recv) |"
 echo "| the same: a datagram's receive (\`Device::receive\`) | $(per_call "$out/lat" "$receive [" "$receive") |"
+echo "| the same: locked instructions (atomic read-modify-writes) per message in those three calls | $(locked "$out/locked" $((2 * N))) |"
 echo "| an empty poll of the CQ (\`send_lat ... --baseline\` after its ping-pong) | $(per_call "$out/empty" "CqDataPath>::poll [" "CqDataPath>::poll") |"
+echo "| the same: locked instructions per empty poll | $(locked "$out/empty" 100000) |"
 echo "| $bw: \`post_send\` | $(post_call "$out/bw" post_send) |"
 echo "| the same: a datagram's receive | $(per_call "$out/bw" "$receive [" "$receive") |"
