@@ -3,11 +3,15 @@
 
 use softverbs_api::{VerbsResult, WorkCompletion};
 
+use super::cq::CompletionQueue;
 use super::device::Device;
 
 /// `poll_cq` of a CQ of `dev` by an application thread; `poll_now` polls the CQ itself.
+/// With the CQ at hand (`cq`), what the poll's own receive completes on it is handed
+/// straight to `out` (see `cq_hand_off`).
 pub(crate) fn poll_cq(
     dev: &Device,
+    cq: Option<&CompletionQueue>,
     out: &mut [WorkCompletion],
     poll_now: impl Fn(&mut [WorkCompletion]) -> VerbsResult<usize>,
 ) -> VerbsResult<usize> {
@@ -34,7 +38,17 @@ pub(crate) fn poll_cq(
     // the engine thread to be scheduled (it wakes too, and finds the work done); with
     // nothing there either, the thread waits: its ACKs leave, and a thread queued on this
     // CPU may run.
-    if super::engine_thread::receive_if_free(dev) > 0 {
+    let receive = || super::engine_thread::receive_if_free(dev);
+    let (received, handed) = match cq {
+        Some(cq) => super::cq_hand_off::receive_into(cq, out, receive),
+        None => (receive(), 0),
+    };
+    if handed > 0 {
+        super::poll_yield::poll_found_work();
+        // What was queued meanwhile came after them; an error shows at the next poll.
+        return Ok(handed + poll_now(&mut out[handed..]).unwrap_or(0));
+    }
+    if received > 0 {
         super::poll_yield::poll_found_work();
         return poll_now(out);
     }

@@ -89,7 +89,7 @@ pub(super) struct EmuCqPath {
 impl CqDataPath for EmuCqPath {
     fn poll(&self, out: &mut [WorkCompletion]) -> VerbsResult<usize> {
         let dev = &self.runtime.device;
-        super::app_poll::poll_cq(dev, out, |out| self.cq.poll(out))
+        super::app_poll::poll_cq(dev, Some(&self.cq), out, |out| self.cq.poll(out))
     }
 }
 

@@ -230,7 +230,7 @@ impl VerbsContext for EmuContext {
 
     fn poll_cq(&self, cq: u32, out: &mut [WorkCompletion]) -> VerbsResult<usize> {
         let dev = self.dev();
-        super::app_poll::poll_cq(dev, out, |out| dev.poll_cq_now(cq, out))
+        super::app_poll::poll_cq(dev, None, out, |out| dev.poll_cq_now(cq, out))
     }
 
     fn cq_data_path(&self, cq: u32) -> Option<Arc<dyn CqDataPath>> {

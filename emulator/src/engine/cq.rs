@@ -177,6 +177,12 @@ impl CompletionQueue {
         if self.overrun.load(Ordering::Acquire) {
             return false;
         }
+        // Straight to the poll this thread receives for, if it polls this CQ and nothing is
+        // queued ahead (see cq_hand_off); queued otherwise.
+        if self.queued.load(Ordering::Acquire) == 0 && super::cq_hand_off::take(self, &wc) {
+            self.raise_if_armed(&wc, solicited);
+            return false;
+        }
         if self.queued.fetch_add(1, Ordering::AcqRel) >= self.capacity() {
             self.queued.fetch_sub(1, Ordering::AcqRel);
             let first = !self.overrun.swap(true, Ordering::AcqRel);
@@ -189,9 +195,15 @@ impl CompletionQueue {
         }
         // Cannot fail: the CQ holds the receiving end.
         let _ = self.sender.send(Queued { wc, resets });
+        self.raise_if_armed(&wc, solicited);
+        false
+    }
+
+    /// After `wc` was added: raises the completion event if the CQ is armed for it.
+    fn raise_if_armed(&self, wc: &WorkCompletion, solicited: bool) {
         if self.channel.is_none() {
             // Nobody can arm it (see req_notify): no fence, no event.
-            return false;
+            return;
         }
         // The completion is visible before the arming is read, as `req_notify` arms before
         // its caller polls again: either this push sees the arming, or that poll sees the
@@ -200,7 +212,7 @@ impl CompletionQueue {
         fence(Ordering::SeqCst);
         let armed = self.arm.load(Ordering::SeqCst);
         // One event per arming, however many pushes see it at once.
-        if Arm::from_u8(armed).fired_by(&wc, solicited)
+        if Arm::from_u8(armed).fired_by(wc, solicited)
             && self
                 .arm
                 .compare_exchange(armed, Arm::Off as u8, Ordering::SeqCst, Ordering::SeqCst)
@@ -208,7 +220,6 @@ impl CompletionQueue {
         {
             self.raise();
         }
-        false
     }
 
     fn raise(&self) {

@@ -30,6 +30,7 @@ pub mod config;
 pub mod context;
 mod context_services;
 pub mod cq;
+mod cq_hand_off;
 mod datapath;
 pub mod device;
 mod device_attr;
