@@ -38,10 +38,10 @@ pub(crate) fn poll_cq(
     // the engine thread to be scheduled (it wakes too, and finds the work done); with
     // nothing there either, the thread waits: its ACKs leave, and a thread queued on this
     // CPU may run.
-    let receive = || super::engine_thread::receive_if_free(dev);
+    let receive = super::engine_thread::receive_if_free;
     let (received, handed) = match cq {
-        Some(cq) => super::cq_hand_off::receive_into(cq, out, receive),
-        None => (receive(), 0),
+        Some(cq) => super::cq_hand_off::receive_into(cq, out, |h| receive(dev, Some(h))),
+        None => (receive(dev, None), 0),
     };
     if handed > 0 {
         super::poll_yield::poll_found_work();

@@ -50,14 +50,37 @@ fn address(cq: &CompletionQueue) -> usize {
 /// Runs `receive` (a receive for the device of `cq`, by this thread) with the completions it
 /// makes for `cq`, while the queue is empty and up to `out.len()` of them, handed straight to
 /// `out`; returns what `receive` returned and how many completions `out` got, from index 0.
+/// `receive` arms the hand-off through the [`HandOffOnData`] it gets once it has a datagram:
+/// most receives of a polling application find none, and need not arm it.
 pub(crate) fn receive_into(
     cq: &CompletionQueue,
     out: &mut [WorkCompletion],
-    receive: impl FnOnce() -> usize,
+    receive: impl FnOnce(&mut HandOffOnData<'_>) -> usize,
 ) -> (usize, usize) {
-    let armed = Armed::arm(cq, out.len());
-    let received = receive();
-    (received, armed.finish(out))
+    let mut hand_off = HandOffOnData {
+        cq,
+        room: out.len(),
+        armed: None,
+    };
+    let received = receive(&mut hand_off);
+    let handed = hand_off.armed.map_or(0, |armed| armed.finish(out));
+    (received, handed)
+}
+
+/// A poll's hand-off, armed by the receive once it has a datagram.
+pub(crate) struct HandOffOnData<'a> {
+    cq: &'a CompletionQueue,
+    room: usize,
+    armed: Option<Armed<'a>>,
+}
+
+impl HandOffOnData<'_> {
+    /// Arms the hand-off, if it is not yet.
+    pub(crate) fn arm(&mut self) {
+        if self.armed.is_none() {
+            self.armed = Some(Armed::arm(self.cq, self.room));
+        }
+    }
 }
 
 /// One poll's hand-off, armed on this thread; whatever was armed before (a poll inside the
@@ -159,7 +182,8 @@ mod tests {
     fn completions_of_the_polled_cq_go_to_the_poll_in_order_until_its_output_is_full() {
         let (cq, other) = (CompletionQueue::new(16), CompletionQueue::new(16));
         let mut out = [WorkCompletion::default(); 2];
-        let (received, handed) = receive_into(&cq, &mut out, || {
+        let (received, handed) = receive_into(&cq, &mut out, |h| {
+            h.arm();
             for id in 1..=3 {
                 cq.push(wc(id), false);
             }
@@ -177,11 +201,23 @@ mod tests {
     }
 
     #[test]
+    fn a_receive_that_has_not_armed_the_hand_off_queues() {
+        let cq = CompletionQueue::new(16);
+        let mut out = [WorkCompletion::default(); 4];
+        let (_, handed) = receive_into(&cq, &mut out, |_| {
+            cq.push(wc(1), false);
+            0
+        });
+        assert_eq!((handed, cq.len()), (0, 1));
+    }
+
+    #[test]
     fn nothing_overtakes_a_completion_already_queued() {
         let cq = CompletionQueue::new(16);
         cq.push(wc(1), false);
         let mut out = [WorkCompletion::default(); 4];
-        let (_, handed) = receive_into(&cq, &mut out, || {
+        let (_, handed) = receive_into(&cq, &mut out, |h| {
+            h.arm();
             cq.push(wc(2), false);
             1
         });
@@ -200,7 +236,8 @@ mod tests {
         let cq = CompletionQueue::for_context(16, 7, 1, Some(channel.clone()));
         cq.req_notify(false);
         let mut out = [WorkCompletion::default(); 4];
-        let (_, handed) = receive_into(&cq, &mut out, || {
+        let (_, handed) = receive_into(&cq, &mut out, |h| {
+            h.arm();
             cq.push(wc(1), false);
             cq.push(wc(2), false);
             1
@@ -219,10 +256,12 @@ mod tests {
     fn a_poll_inside_another_keeps_its_own_and_a_receive_that_unwinds_queues_them() {
         let (outer_cq, inner_cq) = (CompletionQueue::new(16), CompletionQueue::new(16));
         let mut outer = [WorkCompletion::default(); 4];
-        let (_, handed) = receive_into(&outer_cq, &mut outer, || {
+        let (_, handed) = receive_into(&outer_cq, &mut outer, |h| {
+            h.arm();
             outer_cq.push(wc(1), false);
             let mut inner = [WorkCompletion::default(); 4];
-            let (_, inner_handed) = receive_into(&inner_cq, &mut inner, || {
+            let (_, inner_handed) = receive_into(&inner_cq, &mut inner, |h| {
+                h.arm();
                 inner_cq.push(wc(2), false);
                 outer_cq.push(wc(3), false);
                 1
@@ -237,7 +276,8 @@ mod tests {
         assert_eq!(ids(&outer[..2]), [3, 4]);
 
         let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            receive_into(&outer_cq, &mut outer, || {
+            receive_into(&outer_cq, &mut outer, |h| {
+                h.arm();
                 outer_cq.push(wc(5), false);
                 panic!("a receive that fails half-way");
             })
@@ -252,7 +292,8 @@ mod tests {
     fn only_the_receiving_thread_hands_over_and_only_while_it_receives() {
         let cq = std::sync::Arc::new(CompletionQueue::new(16));
         let mut out = [WorkCompletion::default(); 4];
-        let (_, handed) = receive_into(&cq, &mut out, || {
+        let (_, handed) = receive_into(&cq, &mut out, |h| {
+            h.arm();
             let pusher = cq.clone();
             std::thread::spawn(move || pusher.push(wc(5), false))
                 .join()

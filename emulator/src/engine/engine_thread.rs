@@ -11,6 +11,7 @@ use std::thread::JoinHandle;
 
 use softverbs_api::{VerbsError, VerbsResult};
 
+use super::cq_hand_off::HandOffOnData;
 use super::device::Device;
 use super::receive_batch::LastReceive;
 use super::timer_slack::{nap_slack, TimerSlack};
@@ -88,7 +89,7 @@ pub(crate) fn run(dev: &Arc<Device>) {
             nap.reset();
             slack.restore();
             let mut last = dev.rx_lock.lock();
-            let got = receive_ready(dev, AckTiming::Now, &mut last);
+            let got = receive_ready(dev, AckTiming::Now, &mut last, None);
             drop(last);
             match got {
                 Ok(0) => {
@@ -106,7 +107,7 @@ pub(crate) fn run(dev: &Arc<Device>) {
             dev.link.wait_readable(sleep).and_then(|ready| {
                 if ready {
                     let mut last = dev.rx_lock.lock();
-                    receive_ready(dev, AckTiming::Now, &mut last)
+                    receive_ready(dev, AckTiming::Now, &mut last, None)
                 } else {
                     Ok(0)
                 }
@@ -219,10 +220,13 @@ impl LastReceive {
 /// receive would look for a second datagram, and finding none costs the kernel another
 /// receive attempt (0.2 us of a ping-pong's half round trip). The application's next poll
 /// takes whatever followed, in a full batch.
+///
+/// `hand_off`, for an application's poll: armed at the first datagram (see `cq_hand_off`).
 fn receive_ready(
     dev: &Device,
     acks_leave: AckTiming,
     last: &mut LastReceive,
+    mut hand_off: Option<&mut HandOffOnData<'_>>,
 ) -> std::io::Result<usize> {
     let mut total = 0;
     let mut result = Ok(());
@@ -244,6 +248,9 @@ fn receive_ready(
             if !holding {
                 super::ack_hold::begin();
                 holding = true;
+                if let Some(hand_off) = hand_off.as_deref_mut() {
+                    hand_off.arm();
+                }
             }
             dev.receive(d, &mut last.qp);
             // Whoever received the batch: a stream's window must not wait for its end.
@@ -293,8 +300,9 @@ fn receive_ready(
 }
 
 /// Receives in the calling (application) thread if the link is pollable and nobody else
-/// is receiving; returns the datagrams handled. Never waits.
-pub(crate) fn receive_if_free(dev: &Device) -> usize {
+/// is receiving; returns the datagrams handled. Never waits. With `hand_off`, completions
+/// for the CQ it names go to it (see `cq_hand_off`).
+pub(crate) fn receive_if_free(dev: &Device, hand_off: Option<&mut HandOffOnData<'_>>) -> usize {
     if !dev.link.pollable() {
         return 0;
     }
@@ -302,7 +310,7 @@ pub(crate) fn receive_if_free(dev: &Device) -> usize {
     let Some(mut last) = dev.rx_lock.try_lock() else {
         return 0;
     };
-    match receive_ready(dev, AckTiming::Deferred, &mut last) {
+    match receive_ready(dev, AckTiming::Deferred, &mut last, hand_off) {
         Ok(n) => n,
         Err(e) => {
             tracing::debug!(device = %dev.config.name, error = %e, "receive failed");
