@@ -5,7 +5,9 @@
 //! for its device) pushes and applications poll without a lock between them. The entries go
 //! through a crossbeam channel whose unbounded flavour allocates blocks of slots as
 //! completions come and go (a 64k-entry CQ costs nothing until it fills), with a counter
-//! that enforces the capacity; the arming is one atomic.
+//! that enforces the capacity; the arming is one atomic. A completion made by the receive
+//! of an application's own poll of the CQ skips the queue while it is empty
+//! (`cq_hand_off`).
 //!
 //! A QP moved to RESET takes its completions out of its CQs, as mlx5's provider does
 //! (`purge`): each completion carries the number of resets its QP had gone through when it
@@ -179,7 +181,9 @@ impl CompletionQueue {
         }
         // Straight to the poll this thread receives for, if it polls this CQ and nothing is
         // queued ahead (see cq_hand_off); queued otherwise.
-        if self.queued.load(Ordering::Acquire) == 0 && super::cq_hand_off::take(self, &wc) {
+        if self.queued.load(Ordering::Acquire) == 0
+            && super::cq_hand_off::take(super::cq_hand_off::address(self), &wc)
+        {
             self.raise_if_armed(&wc, solicited);
             return false;
         }
@@ -327,6 +331,13 @@ impl CompletionQueue {
     /// True if none wait.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+impl super::cq_hand_off::HandOffTarget for CompletionQueue {
+    fn requeue(&self, wc: WorkCompletion) {
+        // Past the hand-off: this thread no longer receives for a poll of it.
+        self.push(wc, false);
     }
 }
 

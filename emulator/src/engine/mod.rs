@@ -11,7 +11,8 @@
 //! `ack_hold`); `engine_thread` (the thread that receives and fires timers, and the
 //! `DeviceRuntime` that owns it) with `poll_yield` (what a polling application thread does
 //! with its CPU between empty polls) and `app_poll` (an application's poll of a CQ, which
-//! receives for the device when the CQ is empty); `context` (the
+//! receives for the device when the CQ is empty, and gets what that receive completes on
+//! it handed over by `cq_hand_off`); `context` (the
 //! [`softverbs_api::VerbsContext`] impl over them). `device_list` and `registry` find and
 //! open devices (a UDP device as one member of the processes sharing its port, see
 //! docs/shared-devices.md), `fork_guard` keeps a forked child off the devices it inherited;
@@ -31,6 +32,8 @@ pub mod context;
 mod context_services;
 pub mod cq;
 mod cq_hand_off;
+#[cfg(test)]
+mod cq_hand_off_tests;
 mod datapath;
 pub mod device;
 mod device_attr;
