@@ -154,14 +154,19 @@ impl Drop for Armed<'_> {
 /// Takes `wc`, a completion about to be pushed to the CQ at `cq` (its [`address`]) whose
 /// queue is empty, if this thread is receiving for a poll of it whose output has room;
 /// false if it must be queued.
+///
+/// Any push calls this, a thread's last ones included: once the thread's storage is gone
+/// (its destructors may drop QPs, which flush their work) nothing is taken.
 pub(crate) fn take(cq: usize, wc: &WorkCompletion) -> bool {
-    HAND_OFF.with(|h| {
-        let count = h.count.get();
-        if h.cq.get() != cq || count >= h.room.get() {
-            return false;
-        }
-        h.taken.borrow_mut().push(*wc);
-        h.count.set(count + 1);
-        true
-    })
+    HAND_OFF
+        .try_with(|h| {
+            let count = h.count.get();
+            if h.cq.get() != cq || count >= h.room.get() {
+                return false;
+            }
+            h.taken.borrow_mut().push(*wc);
+            h.count.set(count + 1);
+            true
+        })
+        .unwrap_or(false)
 }
