@@ -142,11 +142,12 @@ impl Drop for Armed<'_> {
     /// be lost or go to a later poll.
     fn drop(&mut self) {
         if !self.finished {
-            self.disarm(|taken| {
-                for wc in taken {
-                    self.cq.requeue(*wc);
-                }
-            });
+            // Copied out first: a requeue is a push, which looks at the hand-off again.
+            let mut left = Vec::new();
+            self.disarm(|taken| left.extend_from_slice(taken));
+            for wc in left {
+                self.cq.requeue(wc);
+            }
         }
     }
 }

@@ -145,3 +145,25 @@ fn only_the_receiving_thread_hands_over_and_only_while_it_receives() {
     assert_eq!(cq.poll(&mut out).unwrap(), 2);
     assert_eq!(ids(&out[..2]), [5, 6]);
 }
+
+#[test]
+fn a_poll_of_the_same_cq_inside_a_receive_that_unwinds_gets_back_what_it_took() {
+    let cq = CompletionQueue::new(16);
+    let mut outer = [WorkCompletion::default(); 4];
+    let (_, handed) = receive_into(&cq, &mut outer, |h| {
+        h.arm();
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut inner = [WorkCompletion::default(); 4];
+            receive_into(&cq, &mut inner, |h| {
+                h.arm();
+                cq.push(wc(1), false);
+                panic!("a receive that fails half-way");
+            })
+        }));
+        assert!(unwound.is_err());
+        1
+    });
+    // The inner poll's completion, requeued as it unwound, went to the poll armed then.
+    assert_eq!((handed, outer[0].wr_id), (1, 1));
+    assert!(cq.is_empty());
+}
