@@ -68,7 +68,7 @@ calls() {
 # records (positions: absolute 0x..., relative +n / -n, or * for the same).
 locked() {
     command -v objdump >/dev/null || { echo "n/a (objdump missing)"; return; }
-    objdump -d --no-show-raw-insn "$bin" |
+    [ -s "$out/locked.addrs" ] || objdump -d --no-show-raw-insn "$bin" |
         awk '$2 == "lock" || ($2 == "xchg" && $3 ~ /\(/) { a = $1; sub(/:$/, "", a); print a }' \
             >"$out/locked.addrs"
     awk -v units="$2" -v binary="$(basename "$bin")" '
@@ -87,7 +87,7 @@ locked() {
             if (ours && (pos in want)) total += $3
         }
         /^calls=/ { after_call = 1 }
-        END { printf "%.1f", total / units }' "$out/locked.addrs" "$1"
+        END { if (units > 0) printf "%.1f", total / units; else print "n/a" }' "$out/locked.addrs" "$1"
 }
 # Inclusive instructions per call: the report's line with PATTERN over the calls of NAME.
 per_call() {
@@ -117,6 +117,6 @@ echo "| the same: \`post_recv\` | $(post_call "$out/lat" post_recv) |"
 echo "| the same: a datagram's receive (\`Device::receive\`) | $(per_call "$out/lat" "$receive [" "$receive") |"
 echo "| the same: locked instructions (atomic read-modify-writes) per message in those three calls | $(locked "$out/locked" $((2 * N))) |"
 echo "| an empty poll of the CQ (\`send_lat ... --baseline\` after its ping-pong) | $(per_call "$out/empty" "CqDataPath>::poll [" "CqDataPath>::poll") |"
-echo "| the same: locked instructions per empty poll | $(locked "$out/empty" 100000) |"
+echo "| the same: locked instructions per empty poll | $(locked "$out/empty" "$(calls "$out/empty" "CqDataPath>::poll")") |"
 echo "| $bw: \`post_send\` | $(post_call "$out/bw" post_send) |"
 echo "| the same: a datagram's receive | $(per_call "$out/bw" "$receive [" "$receive") |"
