@@ -760,3 +760,54 @@ fn a_retransmission_from_a_deregistered_region_fails_with_loc_prot_err() {
     assert_eq!(p.sent_by(Side::A).len(), 3);
     assert_eq!(p.read(Side::B, dst, 3000), vec![0u8; 3000]);
 }
+
+/// A message's later packets name their payload from the gather list alone (the list was
+/// checked as the message started, the bytes are checked again as they leave): a region
+/// deregistered between packets of one message loses the packets after it, and the first
+/// retransmission, checked in full, fails the WQE with LOC_PROT_ERR. Nothing of the freed
+/// region reaches the wire.
+#[test]
+fn a_region_deregistered_between_packets_of_a_message_fails_it_with_loc_prot_err() {
+    // 200 packets at MTU 512 (payloads above 256 bytes are sent from the region): more than
+    // the window (128 PSNs) leaves with the post.
+    let len = 200 * 512;
+    let mut p = SimPair::new_rc(11, FaultConfig::none(), Mtu::Mtu512, &attrs(3, 7));
+    let (src, lkey, _) = p.register(Side::A, len, AccessFlags::empty());
+    let (dst, _, rkey) = p.register(
+        Side::B,
+        len,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+    );
+    let pattern: Vec<u8> = (0..len as u32).map(|i| (i % 251) as u8 | 1).collect();
+    p.write(Side::A, src, &pattern);
+    p.post_send(
+        Side::A,
+        &[SendWr {
+            opcode: softverbs_api::WrOpcode::RdmaWrite,
+            remote: softverbs_api::wr::RemoteAddr {
+                remote_addr: dst,
+                rkey,
+            },
+            ..SendWr::send(1, vec![sge(src, len as u32, lkey)])
+        }],
+    )
+    .unwrap();
+    let window = p.sent_by(Side::A).len();
+    assert_eq!(window, 128, "the window's packets leave with the post");
+    p.a.mem.deregister(lkey).unwrap();
+    p.run(100_000);
+    assert_eq!(statuses(&p.a), [(1, WcStatus::LocProtErr)]);
+    assert_eq!(p.a.qp.state(), softverbs_api::QpState::Err);
+    assert_eq!(
+        p.sent_by(Side::A).len(),
+        window,
+        "nothing left after the region went"
+    );
+    let written = window * 512;
+    let b = p.read(Side::B, dst, len);
+    assert_eq!(&b[..written], &pattern[..written]);
+    assert!(
+        b[written..].iter().all(|&x| x == 0),
+        "no byte of the freed region arrived"
+    );
+}

@@ -9,13 +9,15 @@
 pub mod buffer;
 mod error;
 mod keys;
+mod local_slice;
 mod region;
 mod table;
 mod window;
 
 pub use buffer::RdmaBuffer;
 pub use error::MemError;
-pub use table::{LocalSlice, MrReader, MrTable, RemoteAccessor};
+pub use local_slice::LocalSlice;
+pub use table::{MrReader, MrTable, RemoteAccessor};
 pub use window::MAX_MW;
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use softverbs_api::{AccessFlags, BindMwWr, MwType, Sge, VerbsError, VerbsResult}
 
 use super::error::MemError;
 use super::keys::{KeyGen, KeyLayout, MAX_SLOTS};
+use super::local_slice::LocalSlice;
 use super::region::{HostPtr, Region, Span};
 use super::window::{is_window_key, Binding, MrView, QpRef, WindowTable};
 
@@ -46,34 +47,6 @@ impl From<u32> for RemoteAccessor {
     /// An accessor known only by its PD: regions and type 1 windows of that PD.
     fn from(pd: u32) -> RemoteAccessor {
         RemoteAccessor { pd, qpn: None }
-    }
-}
-
-/// One packet's payload as a range of registered memory, checked when the packet was built
-/// and read only when it is sent (see [`MrTable::local_slice`] and [`MrReader::bytes`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LocalSlice {
-    /// Protection domain of the QP that sends it.
-    pub pd: u32,
-    /// Local key of the region.
-    pub lkey: u32,
-    /// First address, as the SGE names it.
-    pub addr: u64,
-    /// Length in bytes.
-    pub len: u32,
-}
-
-impl LocalSlice {
-    /// Bytes `range` of the slice (relative to its start), `None` if they are not all in it.
-    pub fn part(&self, range: std::ops::Range<u32>) -> Option<LocalSlice> {
-        if range.start > range.end || range.end > self.len {
-            return None;
-        }
-        Some(LocalSlice {
-            addr: self.addr.checked_add(u64::from(range.start))?,
-            len: range.end - range.start,
-            ..*self
-        })
     }
 }
 

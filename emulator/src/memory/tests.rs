@@ -7,7 +7,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use softverbs_api::{AccessFlags, Sge};
 
-use super::{MemError, MrTable, RdmaBuffer};
+use super::{LocalSlice, MemError, MrTable, RdmaBuffer};
 
 const PD: u32 = 7;
 const GUARD: usize = 64;
@@ -514,6 +514,9 @@ fn local_slice_names_a_range_inside_one_sge_and_reads_it_in_place() {
         let one_sge = len > 0 && (offset + len <= 3 || offset >= 3);
         let slice = t.local_slice(PD, &sges, offset as u64, len).unwrap();
         assert_eq!(slice.is_some(), one_sge, "offset {offset} len {len}");
+        // Named from the list alone (a message's later packets), the same slice.
+        let unchecked = LocalSlice::within_one_sge(PD, &sges, offset as u64, len);
+        assert_eq!(unchecked, slice, "offset {offset} len {len}");
         if let Some(slice) = slice {
             let reader = t.reader();
             let bytes = reader.bytes(&slice).unwrap();
@@ -529,6 +532,8 @@ fn local_slice_names_a_range_inside_one_sge_and_reads_it_in_place() {
         t.local_slice(PD, &sges, 5, 3),
         Err(MemError::LengthExceeded)
     );
+    assert_eq!(LocalSlice::within_one_sge(PD, &sges, 5, 3), None);
+    assert_eq!(LocalSlice::within_one_sge(PD, &sges, u64::MAX, 1), None);
     let bad = overrunning_list(&sges, base, k.lkey);
     assert_eq!(t.local_slice(PD, &bad, 3, 1), Err(MemError::OutOfBounds));
     assert_eq!(

@@ -393,9 +393,18 @@ fn build_packet(
         // costs less than finding its region again at send time.
         let in_place = if env.payload_by_reference && repr.payload.len() > COPY_PAYLOADS_UP_TO {
             let len = repr.payload.len();
-            env.mem
-                .local_slice(qp.pd, &wqe.sges, offset, len)
-                .map_err(|_| WcStatus::LocProtErr)?
+            let first_sent = qp.req.next_psn.diff(qp.req.high_psn) >= 0;
+            if packet_index > 0 && first_sent {
+                // The message's list was checked as it started (start_wqe), and the link
+                // checks the slice again as it reads it: a region gone since loses the
+                // packet, and its retransmission, checked here, fails the WQE. A region
+                // lookup (and the table's lock) less for each later packet of a message.
+                crate::memory::LocalSlice::within_one_sge(qp.pd, &wqe.sges, offset, len)
+            } else {
+                env.mem
+                    .local_slice(qp.pd, &wqe.sges, offset, len)
+                    .map_err(|_| WcStatus::LocProtErr)?
+            }
         } else {
             None
         };
