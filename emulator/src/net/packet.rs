@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use super::packet_pool;
 use crate::memory::{LocalSlice, MrReader};
-use crate::wire::RoceRepr;
+use crate::wire::EmitHeaders;
 
 /// Where the QP's packets go (RC/UC), fixed at RTR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,10 +59,15 @@ pub fn payload_stand_in(len: usize) -> Option<&'static [u8]> {
 impl OutPacket {
     /// Emits `repr` for `path`, leaving room for the ICRC. `None` only if the repr is
     /// inconsistent with the opcode table (a transport bug, counted by the caller).
-    pub fn build(path: &PathInfo, repr: &RoceRepr<'_>) -> Option<Self> {
-        // emit writes every byte (headers, payload, pad, zeroed ICRC): no need to zero.
+    pub fn build(path: &PathInfo, repr: &impl EmitHeaders) -> Option<Self> {
+        // Every byte is written (headers, payload, pad, zeroed ICRC): no need to zero.
         let mut bytes = packet_pool::take_for_overwrite(repr.buffer_len());
-        repr.emit(&mut bytes).ok()?;
+        let Ok(at) = repr.emit_headers(&mut bytes) else {
+            packet_pool::give(bytes);
+            return None;
+        };
+        let payload = repr.payload();
+        bytes[at..at + payload.len()].copy_from_slice(payload);
         Some(OutPacket::to(path, bytes))
     }
 
@@ -71,14 +76,15 @@ impl OutPacket {
     /// the length counts. `Err` carries what `fill` returned; `Ok(None)` is `build`'s `None`.
     pub fn build_filled<E>(
         path: &PathInfo,
-        repr: &RoceRepr<'_>,
+        repr: &impl EmitHeaders,
         fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
     ) -> Result<Option<Self>, E> {
         let mut bytes = packet_pool::take_for_overwrite(repr.buffer_len());
         let Ok(at) = repr.emit_headers(&mut bytes) else {
+            packet_pool::give(bytes);
             return Ok(None);
         };
-        if let Err(e) = fill(&mut bytes[at..at + repr.payload.len()]) {
+        if let Err(e) = fill(&mut bytes[at..at + repr.payload().len()]) {
             packet_pool::give(bytes);
             return Err(e);
         }
@@ -89,11 +95,14 @@ impl OutPacket {
     /// (already checked): headers, pad and ICRC room are written, the payload bytes are not.
     pub fn build_by_reference(
         path: &PathInfo,
-        repr: &RoceRepr<'_>,
+        repr: &impl EmitHeaders,
         slice: LocalSlice,
     ) -> Option<Self> {
         let mut bytes = packet_pool::take_for_overwrite(repr.buffer_len());
-        let at = repr.emit_headers(&mut bytes).ok()?;
+        let Ok(at) = repr.emit_headers(&mut bytes) else {
+            packet_pool::give(bytes);
+            return None;
+        };
         let mut packet = OutPacket::to(path, bytes);
         packet.payload = Some(PayloadRef { at, slice });
         Some(packet)

@@ -296,7 +296,7 @@ impl<'a> RoceRepr<'a> {
     }
 }
 
-fn check_payload(info: &OpcodeInfo, len: usize) -> Result<(), WireError> {
+pub(super) fn check_payload(info: &OpcodeInfo, len: usize) -> Result<(), WireError> {
     if !info.has_payload && len != 0 {
         return Err(WireError::LengthMismatch {
             what: "payload of an opcode without payload",

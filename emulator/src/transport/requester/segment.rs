@@ -9,7 +9,8 @@ use crate::transport::outputs::Outputs;
 use crate::transport::qp::TransportQp;
 use crate::transport::wqe::SendWqe;
 use crate::wire::{
-    request_opcode, AtomicEthRepr, BthRepr, DethRepr, FethRepr, Position, RethRepr, RoceRepr,
+    request_opcode, AtomicEthRepr, BthOnly, BthRepr, DethRepr, EmitHeaders, FethRepr, HeaderSet,
+    OpcodeInfo, Position, RethRepr, RoceRepr,
 };
 
 /// Most PSNs in flight without an ACK (rxe's RXE_MAX_UNACKED_PSNS).
@@ -316,25 +317,56 @@ fn build_packet(
         }
     };
     let dest_qp = wqe.ud.map_or(qp.attr.dest_qp_num, |t| t.dest_qpn);
-    let mut repr = RoceRepr::new(
-        BthRepr {
-            // SE matters only where a receive completes: SENDs and WRITE with immediate.
-            solicited: wqe.solicited
-                && is_last
-                && matches!(
-                    wqe.opcode,
-                    WrOpcode::Send
-                        | WrOpcode::SendWithImm
-                        | WrOpcode::SendWithInv
-                        | WrOpcode::RdmaWriteWithImm
-                ),
-            ack_req,
-            ..BthRepr::new(opcode, dest_qp, qp.req.next_psn)
-        },
-        payload,
-    );
+    let bth = BthRepr {
+        // SE matters only where a receive completes: SENDs and WRITE with immediate.
+        solicited: wqe.solicited
+            && is_last
+            && matches!(
+                wqe.opcode,
+                WrOpcode::Send
+                    | WrOpcode::SendWithImm
+                    | WrOpcode::SendWithInv
+                    | WrOpcode::RdmaWriteWithImm
+            ),
+        ack_req,
+        ..BthRepr::new(opcode, dest_qp, qp.req.next_psn)
+    };
+    // A READ request stands for all its (remaining) response PSNs; everything else uses one
+    // per packet.
+    let psns_used = if wqe.expects_response() {
+        wqe.psn_count - wqe.resp_packets
+    } else {
+        1
+    };
     let info = opcode.info().ok_or(op_err)?;
-    if info.headers.contains(crate::wire::HeaderSet::RETH) {
+    let place = PayloadPlace {
+        qp,
+        wqe,
+        env,
+        path,
+        offset,
+        later_packet: packet_index > 0,
+    };
+    let packet = if info.headers.is_empty() && wqe.ud.is_none() {
+        // Most packets of a stream (SEND, a WRITE's middle and last): no extension header.
+        place.build(&BthOnly { bth, payload })?
+    } else {
+        let mut repr = RoceRepr::new(bth, payload);
+        add_extension_headers(&mut repr, qp, wqe, info, mtu);
+        place.build(&repr)?
+    };
+    Ok((packet.ok_or(op_err)?, psns_used, is_last, ack_req))
+}
+
+/// Sets the extension headers `info` names on `repr`, from the WQE.
+fn add_extension_headers(
+    repr: &mut RoceRepr<'_>,
+    qp: &TransportQp,
+    wqe: &SendWqe,
+    info: &OpcodeInfo,
+    mtu: u64,
+) {
+    if info.headers.contains(HeaderSet::RETH) {
         // A retried READ asks only for what has not arrived (as rxe does).
         let done = if wqe.opcode == WrOpcode::RdmaRead {
             (wqe.resp_packets as u64 * mtu).min(wqe.length)
@@ -352,13 +384,13 @@ fn build_packet(
             dma_len,
         });
     }
-    if info.headers.contains(crate::wire::HeaderSet::FETH) {
+    if info.headers.contains(HeaderSet::FETH) {
         repr.feth = Some(FethRepr::new(
             wqe.flush.placement_type,
             wqe.flush.selectivity_level,
         ));
     }
-    if info.headers.contains(crate::wire::HeaderSet::ATOMIC_ETH) {
+    if info.headers.contains(HeaderSet::ATOMIC_ETH) {
         repr.atomic_eth = Some(AtomicEthRepr {
             va: wqe.remote.remote_addr,
             rkey: wqe.remote.rkey,
@@ -366,10 +398,10 @@ fn build_packet(
             compare: wqe.compare,
         });
     }
-    if info.headers.contains(crate::wire::HeaderSet::IMMDT) {
+    if info.headers.contains(HeaderSet::IMMDT) {
         repr.immdt = Some(wqe.imm_data);
     }
-    if info.headers.contains(crate::wire::HeaderSet::IETH) {
+    if info.headers.contains(HeaderSet::IETH) {
         repr.ieth = Some(wqe.invalidate_rkey);
     }
     if let Some(target) = wqe.ud {
@@ -378,23 +410,36 @@ fn build_packet(
             src_qp: qp.qpn,
         });
     }
-    // A READ request stands for all its (remaining) response PSNs; everything else uses one
-    // per packet.
-    let psns_used = if wqe.expects_response() {
-        wqe.psn_count - wqe.resp_packets
-    } else {
-        1
-    };
-    let packet = if wqe.data.is_some() || repr.payload.is_empty() {
-        OutPacket::build(path, &repr)
-    } else {
+}
+
+/// Where a request packet's payload comes from: the WQE's inline data, or its gather list
+/// at `offset` (read in place at send time, or copied in).
+struct PayloadPlace<'a, 'e> {
+    qp: &'a TransportQp,
+    wqe: &'a SendWqe,
+    env: &'a Env<'e>,
+    path: &'a crate::transport::PathInfo,
+    offset: u64,
+    /// Not the message's first packet.
+    later_packet: bool,
+}
+
+impl PayloadPlace<'_, '_> {
+    /// The packet of `repr` (whose payload is inline data or a stand-in of the length to
+    /// gather); `Ok(None)` if the repr does not fit its opcode, LOC_PROT_ERR if the gather
+    /// list does not read.
+    fn build(&self, repr: &impl EmitHeaders) -> Result<Option<OutPacket>, WcStatus> {
+        let (qp, wqe, env, offset) = (self.qp, self.wqe, self.env, self.offset);
+        let len = repr.payload().len();
+        if wqe.data.is_some() || len == 0 {
+            return Ok(OutPacket::build(self.path, repr));
+        }
         // From registered memory: left there when the driver reads it at send time and it
         // lies in one SGE, copied into the packet otherwise. A small payload is copied: that
         // costs less than finding its region again at send time.
-        let in_place = if env.payload_by_reference && repr.payload.len() > COPY_PAYLOADS_UP_TO {
-            let len = repr.payload.len();
+        let in_place = if env.payload_by_reference && len > COPY_PAYLOADS_UP_TO {
             let first_sent = qp.req.next_psn.diff(qp.req.high_psn) >= 0;
-            if packet_index > 0 && first_sent {
+            if self.later_packet && first_sent {
                 // The message's list was checked as it started (start_wqe), and the link
                 // checks the slice again as it reads it: a region gone since loses the
                 // packet, and its retransmission, checked here, fails the WQE. A region
@@ -409,12 +454,11 @@ fn build_packet(
             None
         };
         match in_place {
-            Some(slice) => OutPacket::build_by_reference(path, &repr, slice),
-            None => OutPacket::build_filled(path, &repr, |payload| {
+            Some(slice) => Ok(OutPacket::build_by_reference(self.path, repr, slice)),
+            None => OutPacket::build_filled(self.path, repr, |payload| {
                 env.mem.gather_at(qp.pd, &wqe.sges, offset, payload)
             })
-            .map_err(|_| WcStatus::LocProtErr)?,
+            .map_err(|_| WcStatus::LocProtErr),
         }
-    };
-    Ok((packet.ok_or(op_err)?, psns_used, is_last, ack_req))
+    }
 }
