@@ -362,10 +362,16 @@ impl Link for UdpLink {
     /// memory, between its headers and its pad and ICRC (the ICRC computed over it there).
     fn send_batch_from(&self, packets: &mut [OutPacket], payloads: &[&[u8]]) -> io::Result<()> {
         let payload_of = |i: usize| payloads.get(i).copied().unwrap_or_default();
+        // The packets of a send mostly share their destination: its ICRC context is made once.
+        let mut last: Option<(SocketAddr, IcrcContext)> = None;
         for (i, p) in packets.iter_mut().enumerate() {
             match (p.payload, payload_of(i)) {
                 (Some(r), payload) if !payload.is_empty() => {
-                    let ctx = self.icrc_context(dst_of(p));
+                    let dst = dst_of(p);
+                    let ctx = match last {
+                        Some((to, ctx)) if to == dst => ctx,
+                        _ => last.insert((dst, self.icrc_context(dst))).1,
+                    };
                     write_icrc_with_payload(&ctx, &mut p.bytes, r.at, payload)
                 }
                 _ => self.finalize(p)?,
