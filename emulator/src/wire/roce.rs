@@ -69,6 +69,13 @@ impl<'a> RoceRepr<'a> {
     /// Header presence comes from the table, so it always matches the opcode. Reserved
     /// bits and the pad bytes' values are not checked (rxe does not check them either).
     pub fn parse(udp_payload: &'a [u8]) -> Result<(RoceRepr<'a>, u32), WireError> {
+        Self::parse_inlined(udp_payload)
+    }
+
+    /// [`RoceRepr::parse`], always inlined: for the receive path, where the parsed packet
+    /// (some 170 bytes) is then built where the caller keeps it, not copied out twice more.
+    #[inline(always)]
+    pub fn parse_inlined(udp_payload: &'a [u8]) -> Result<(RoceRepr<'a>, u32), WireError> {
         let bth_view = BthPacket::new_checked(udp_payload)?;
         let bth = BthRepr::parse(&bth_view)?;
         let info = bth
