@@ -717,6 +717,33 @@ fn a_read_is_not_asked_again_while_its_old_responses_still_arrive() {
     );
 }
 
+/// Registers `len` bytes on each side, fills A's with a pattern of nonzero bytes and posts
+/// one signaled RDMA WRITE of all of it from A into B's; returns the pattern, A's lkey and
+/// B's address.
+fn post_write_from_a(p: &mut SimPair, len: usize) -> (Vec<u8>, u32, u64) {
+    let (src, lkey, _) = p.register(Side::A, len, AccessFlags::empty());
+    let (dst, _, rkey) = p.register(
+        Side::B,
+        len,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+    );
+    let pattern: Vec<u8> = (0..len as u32).map(|i| (i % 251) as u8 | 1).collect();
+    p.write(Side::A, src, &pattern);
+    p.post_send(
+        Side::A,
+        &[SendWr {
+            opcode: softverbs_api::WrOpcode::RdmaWrite,
+            remote: softverbs_api::wr::RemoteAddr {
+                remote_addr: dst,
+                rkey,
+            },
+            ..SendWr::send(1, vec![sge(src, len as u32, lkey)])
+        }],
+    )
+    .unwrap();
+    (pattern, lkey, dst)
+}
+
 /// Packets are built straight from the sender's registered memory, so a region deregistered
 /// between the first transmission and a retransmission must fail the WQE with LOC_PROT_ERR
 /// rather than send whatever the freed memory holds.
@@ -727,26 +754,7 @@ fn a_retransmission_from_a_deregistered_region_fails_with_loc_prot_err() {
         ..FaultConfig::none()
     };
     let mut p = SimPair::new_rc(9, total_loss, Mtu::Mtu1024, &attrs(3, 7));
-    let (src, lkey, _) = p.register(Side::A, 3000, AccessFlags::empty());
-    let (dst, _, rkey) = p.register(
-        Side::B,
-        3000,
-        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-    );
-    let pattern: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
-    p.write(Side::A, src, &pattern);
-    p.post_send(
-        Side::A,
-        &[SendWr {
-            opcode: softverbs_api::WrOpcode::RdmaWrite,
-            remote: softverbs_api::wr::RemoteAddr {
-                remote_addr: dst,
-                rkey,
-            },
-            ..SendWr::send(1, vec![sge(src, 3000, lkey)])
-        }],
-    )
-    .unwrap();
+    let (pattern, lkey, dst) = post_write_from_a(&mut p, 3000);
     // The first transmission (3 packets) is built from the region, and lost.
     let first = p.sent_by(Side::A);
     assert_eq!(first.len(), 3);
@@ -772,26 +780,7 @@ fn a_region_deregistered_between_packets_of_a_message_fails_it_with_loc_prot_err
     // the window (128 PSNs) leaves with the post.
     let len = 200 * 512;
     let mut p = SimPair::new_rc(11, FaultConfig::none(), Mtu::Mtu512, &attrs(3, 7));
-    let (src, lkey, _) = p.register(Side::A, len, AccessFlags::empty());
-    let (dst, _, rkey) = p.register(
-        Side::B,
-        len,
-        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-    );
-    let pattern: Vec<u8> = (0..len as u32).map(|i| (i % 251) as u8 | 1).collect();
-    p.write(Side::A, src, &pattern);
-    p.post_send(
-        Side::A,
-        &[SendWr {
-            opcode: softverbs_api::WrOpcode::RdmaWrite,
-            remote: softverbs_api::wr::RemoteAddr {
-                remote_addr: dst,
-                rkey,
-            },
-            ..SendWr::send(1, vec![sge(src, len as u32, lkey)])
-        }],
-    )
-    .unwrap();
+    let (pattern, lkey, dst) = post_write_from_a(&mut p, len);
     let window = p.sent_by(Side::A).len();
     assert_eq!(window, 128, "the window's packets leave with the post");
     p.a.mem.deregister(lkey).unwrap();
