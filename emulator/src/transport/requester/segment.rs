@@ -439,11 +439,12 @@ impl PayloadPlace<'_, '_> {
         // costs less than finding its region again at send time.
         let in_place = if env.payload_by_reference && len > COPY_PAYLOADS_UP_TO {
             let first_sent = qp.req.next_psn.diff(qp.req.high_psn) >= 0;
-            if self.later_packet && first_sent {
+            if self.later_packet && first_sent && qp.qp_type == QpType::Rc {
                 // The message's list was checked as it started (start_wqe), and the link
                 // checks the slice again as it reads it: a region gone since loses the
                 // packet, and its retransmission, checked here, fails the WQE. A region
                 // lookup (and the table's lock) less for each later packet of a message.
+                // Not for UC, which retransmits nothing: its WQE must fail here.
                 crate::memory::LocalSlice::within_one_sge(qp.pd, &wqe.sges, offset, len)
             } else {
                 env.mem
