@@ -7,9 +7,9 @@
 //! headers against the table took a fifth of the requester's per-packet instructions. The
 //! bytes are [`RoceRepr::emit_headers`]'s (see the tests).
 
-use super::bth::{BthPacket, BthRepr, BTH_LEN};
+use super::bth::{BthRepr, BTH_LEN};
 use super::error::WireError;
-use super::roce::{check_payload, RoceRepr, ICRC_LEN};
+use super::roce::{check_payload, emit_frame, pad_for, RoceRepr, ICRC_LEN};
 
 /// A packet a builder can emit: its buffer length, its headers with the pad and a zeroed
 /// ICRC (the payload bytes left as they are), and its payload.
@@ -44,15 +44,9 @@ pub struct BthOnly<'a> {
     pub payload: &'a [u8],
 }
 
-impl BthOnly<'_> {
-    fn pad_len(&self) -> usize {
-        (4 - self.payload.len() % 4) % 4
-    }
-}
-
 impl EmitHeaders for BthOnly<'_> {
     fn buffer_len(&self) -> usize {
-        BTH_LEN + self.payload.len() + self.pad_len() + ICRC_LEN
+        BTH_LEN + self.payload.len() + pad_for(self.payload.len()) + ICRC_LEN
     }
 
     /// `HeaderMismatch` for an opcode that carries extension headers (or an unknown one),
@@ -68,24 +62,7 @@ impl EmitHeaders for BthOnly<'_> {
             });
         }
         check_payload(info, self.payload.len())?;
-        let expected = self.buffer_len();
-        if buf.len() != expected {
-            return Err(WireError::LengthMismatch {
-                what: "emit buffer",
-                expected,
-                got: buf.len(),
-            });
-        }
-        let pad = self.pad_len();
-        let mut bth = self.bth;
-        // pad_len() < 4, so the cast is lossless.
-        bth.pad_count = pad as u8;
-        bth.emit(&mut BthPacket::new_checked(&mut buf[..])?);
-        let (pad_bytes, icrc) = buf[BTH_LEN + self.payload.len()..].split_at_mut(pad);
-        if pad > 0 {
-            pad_bytes.fill(0);
-        }
-        icrc.copy_from_slice(&[0; ICRC_LEN]);
+        emit_frame(&self.bth, BTH_LEN, self.payload.len(), buf)?;
         Ok(BTH_LEN)
     }
 

@@ -182,7 +182,7 @@ impl<'a> RoceRepr<'a> {
 
     /// Number of zero bytes between payload and ICRC.
     pub fn pad_len(&self) -> usize {
-        (4 - self.payload.len() % 4) % 4
+        pad_for(self.payload.len())
     }
 
     /// Total bytes [`RoceRepr::emit`] writes: BTH, the extension headers present,
@@ -211,35 +211,13 @@ impl<'a> RoceRepr<'a> {
     pub fn emit_headers(&self, buf: &mut [u8]) -> Result<usize, WireError> {
         let info = self.validate()?;
         // validate() found exactly the opcode's headers: the table knows their length.
-        let pad = self.pad_len();
-        let expected = info.header_len() + self.payload.len() + pad + ICRC_LEN;
-        if buf.len() != expected {
-            return Err(WireError::LengthMismatch {
-                what: "emit buffer",
-                expected,
-                got: buf.len(),
-            });
-        }
-        let mut bth = self.bth;
-        // pad_len() < 4, so the cast is lossless.
-        bth.pad_count = pad as u8;
-        bth.emit(&mut BthPacket::new_checked(&mut buf[..])?);
-
+        emit_frame(&self.bth, info.header_len(), self.payload.len(), buf)?;
         let mut offset = BTH_LEN;
         for layout in info.headers.iter() {
             let at = &mut buf[offset..offset + layout.len];
             self.emit_header(layout.header, at)?;
             offset += layout.len;
         }
-        // Pad and ICRC zeroed: a pad of at most 3 bytes, then 4 bytes at a fixed length
-        // (a fill of their unknown total length was a byte loop).
-        let payload_end = offset + self.payload.len();
-        let (pad_bytes, icrc) = buf[payload_end..].split_at_mut(pad);
-        // Most payloads need no pad: no fill call for them.
-        if pad > 0 {
-            pad_bytes.fill(0);
-        }
-        icrc.copy_from_slice(&[0; ICRC_LEN]);
         Ok(offset)
     }
 
@@ -301,6 +279,44 @@ impl<'a> RoceRepr<'a> {
         self.emit(&mut buf)?;
         Ok(buf)
     }
+}
+
+/// Zero bytes between a payload of `payload_len` bytes and the ICRC.
+pub(super) fn pad_for(payload_len: usize) -> usize {
+    (4 - payload_len % 4) % 4
+}
+
+/// What every emitter writes around the extension headers and the payload: checks that
+/// `buf` holds `header_len` bytes of headers (the BTH's included), the payload, its pad and
+/// the ICRC; writes `bth` with the pad count the payload needs; zeroes the pad and the ICRC.
+pub(super) fn emit_frame(
+    bth: &BthRepr,
+    header_len: usize,
+    payload_len: usize,
+    buf: &mut [u8],
+) -> Result<(), WireError> {
+    let pad = pad_for(payload_len);
+    let expected = header_len + payload_len + pad + ICRC_LEN;
+    if buf.len() != expected {
+        return Err(WireError::LengthMismatch {
+            what: "emit buffer",
+            expected,
+            got: buf.len(),
+        });
+    }
+    let mut bth = *bth;
+    // pad_for() < 4, so the cast is lossless.
+    bth.pad_count = pad as u8;
+    bth.emit(&mut BthPacket::new_checked(&mut buf[..])?);
+    // Pad and ICRC zeroed: a pad of at most 3 bytes (most payloads need none: no fill call
+    // for them), then 4 bytes at a fixed length (a fill of their unknown total length was a
+    // byte loop).
+    let (pad_bytes, icrc) = buf[header_len + payload_len..].split_at_mut(pad);
+    if pad > 0 {
+        pad_bytes.fill(0);
+    }
+    icrc.copy_from_slice(&[0; ICRC_LEN]);
+    Ok(())
 }
 
 pub(super) fn check_payload(info: &OpcodeInfo, len: usize) -> Result<(), WireError> {
