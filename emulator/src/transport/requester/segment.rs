@@ -345,7 +345,6 @@ fn build_packet(
         env,
         path,
         offset,
-        later_packet: packet_index > 0,
     };
     let packet = if info.headers.is_empty() && wqe.ud.is_none() {
         // Most packets of a stream (SEND, a WRITE's middle and last): no extension header.
@@ -420,8 +419,6 @@ struct PayloadPlace<'a, 'e> {
     env: &'a Env<'e>,
     path: &'a crate::transport::PathInfo,
     offset: u64,
-    /// Not the message's first packet.
-    later_packet: bool,
 }
 
 impl PayloadPlace<'_, '_> {
@@ -439,7 +436,8 @@ impl PayloadPlace<'_, '_> {
         // costs less than finding its region again at send time.
         let in_place = if env.payload_by_reference && len > COPY_PAYLOADS_UP_TO {
             let first_sent = qp.req.next_psn.diff(qp.req.high_psn) >= 0;
-            if self.later_packet && first_sent && qp.qp_type == QpType::Rc {
+            let later_packet = qp.req.packet_index > 0;
+            if later_packet && first_sent && qp.qp_type == QpType::Rc {
                 // The message's list was checked as it started (start_wqe), and the link
                 // checks the slice again as it reads it: a region gone since loses the
                 // packet, and its retransmission, checked here, fails the WQE. A region
