@@ -257,6 +257,14 @@ fn same_seed_same_trace() {
     assert_ne!(t1, t3);
 }
 
+/// A network that loses every packet.
+fn total_loss() -> FaultConfig {
+    FaultConfig {
+        loss_per_mille: 1000,
+        ..FaultConfig::none()
+    }
+}
+
 fn lonely_send(retry_cnt: u8, rnr_retry: u8, faults: FaultConfig, post_recv: bool) -> SimPair {
     let mut p = SimPair::new_rc(5, faults, Mtu::Mtu1024, &attrs(retry_cnt, rnr_retry));
     let (src, lkey, _) = p.register(Side::A, 64, AccessFlags::LOCAL_WRITE);
@@ -280,11 +288,7 @@ fn lonely_send(retry_cnt: u8, rnr_retry: u8, faults: FaultConfig, post_recv: boo
 #[test]
 fn retry_exhaustion_after_exactly_retry_cnt_retries() {
     for retry_cnt in [0u8, 1, 3, 6] {
-        let total_loss = FaultConfig {
-            loss_per_mille: 1000,
-            ..FaultConfig::none()
-        };
-        let p = lonely_send(retry_cnt, 7, total_loss, true);
+        let p = lonely_send(retry_cnt, 7, total_loss(), true);
         let first_psn_sends = p
             .sent_by(Side::A)
             .iter()
@@ -307,11 +311,7 @@ fn retry_exhaustion_after_exactly_retry_cnt_retries() {
 
 #[test]
 fn retry_cnt_7_never_gives_up() {
-    let total_loss = FaultConfig {
-        loss_per_mille: 1000,
-        ..FaultConfig::none()
-    };
-    let mut p = SimPair::new_rc(5, total_loss, Mtu::Mtu1024, &attrs(7, 7));
+    let mut p = SimPair::new_rc(5, total_loss(), Mtu::Mtu1024, &attrs(7, 7));
     let (src, lkey, _) = p.register(Side::A, 64, AccessFlags::LOCAL_WRITE);
     p.post_send(Side::A, &[SendWr::send(1, vec![sge(src, 64, lkey)])])
         .unwrap();
@@ -749,11 +749,7 @@ fn post_write_from_a(p: &mut SimPair, len: usize) -> (Vec<u8>, u32, u64) {
 /// rather than send whatever the freed memory holds.
 #[test]
 fn a_retransmission_from_a_deregistered_region_fails_with_loc_prot_err() {
-    let total_loss = FaultConfig {
-        loss_per_mille: 1000,
-        ..FaultConfig::none()
-    };
-    let mut p = SimPair::new_rc(9, total_loss, Mtu::Mtu1024, &attrs(3, 7));
+    let mut p = SimPair::new_rc(9, total_loss(), Mtu::Mtu1024, &attrs(3, 7));
     let (pattern, lkey, dst) = post_write_from_a(&mut p, 3000);
     // The first transmission (3 packets) is built from the region, and lost.
     let first = p.sent_by(Side::A);
