@@ -15,6 +15,7 @@ mod print;
 pub(crate) mod progress;
 mod report;
 mod results;
+mod roce_floor;
 mod run;
 mod sequence;
 mod setup;

@@ -112,6 +112,10 @@ pub struct Baseline {
     pub uniform_mbs: f64,
     /// Which sending method gave `uniform_mbs`.
     pub uniform_method: String,
+    /// The same datagrams as `bw_mbs`, MB/s of message bytes, sent as RoCE packets by the
+    /// cheapest sender (laid out as the engine sends them, ICRC computed before every send,
+    /// nothing else): the floor under any RoCE sender on this path; 0 where not measured.
+    pub roce_floor_mbs: f64,
     /// Every method measured: (name, MB/s, Mpps).
     pub methods: Vec<(String, f64, f64)>,
     /// Median half round trip of a UDP ping-pong, microseconds: the lower of the two below.
@@ -249,7 +253,8 @@ pub fn baseline_json(b: &Baseline) -> String {
     let sizes: Vec<String> = b.verb_datagrams.iter().map(|n| n.to_string()).collect();
     format!(
         "{{\"datagram_bytes\":{},\"verb\":{},\"verb_datagrams\":[{}],\"bw_mbs\":{},\
-         \"uniform_mbs\":{},\"uniform_method\":{},\"methods\":[{}],\"half_rtt_us\":{},\
+         \"uniform_mbs\":{},\"uniform_method\":{},\"roce_floor_mbs\":{},\"methods\":[{}],\
+         \"half_rtt_us\":{},\
          \"half_rtt_block_us\":{},\"half_rtt_spin_us\":{},\"half_rtt_spin_t99_us\":{},\
          \"empty_receive_ns\":{}}}",
         b.datagram_bytes,
@@ -258,6 +263,7 @@ pub fn baseline_json(b: &Baseline) -> String {
         json_num(b.bw_mbs),
         json_num(b.uniform_mbs),
         json_str(&b.uniform_method),
+        json_num(b.roce_floor_mbs),
         methods.join(","),
         json_num(b.half_rtt_us),
         json_num(b.half_rtt_block_us),

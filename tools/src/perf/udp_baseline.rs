@@ -19,9 +19,14 @@ use softverbs_emu::net::send_plan;
 
 use super::args::{Settings, Verb};
 use super::report::{Baseline, LatResult};
+use super::roce_floor::RocePackets;
 
+/// The BTH every RoCE packet opens with.
+const BTH_BYTES: usize = 12;
+/// The ICRC every RoCE packet ends with.
+const ICRC_BYTES: usize = 4;
 /// BTH + ICRC: what every RoCE packet adds to its payload (extension headers come on top).
-const ROCE_OVERHEAD: usize = 12 + 4;
+const ROCE_OVERHEAD: usize = BTH_BYTES + ICRC_BYTES;
 /// The RETH a WRITE's first packet carries on top.
 const RETH_BYTES: usize = 16;
 /// The AETH on the first and last READ response packets.
@@ -51,14 +56,14 @@ pub fn datagram_bytes(size: usize, mtu: usize) -> usize {
     size.min(mtu).max(1) + ROCE_OVERHEAD
 }
 
-/// The UDP payload sizes of the packets that carry one `size`-byte message of `verb` at
-/// `mtu`, in the direction its data flows: payloads are padded to 4 bytes; a WRITE's first
-/// packet carries a RETH besides its full MTU of payload (so it cannot join the GSO run of
-/// the rest), a READ response's first and last (or only) packet an AETH; an atomic is one
-/// request with an AtomicETH and no payload.
-pub fn verb_datagrams(verb: Verb, size: usize, mtu: usize) -> Vec<usize> {
+/// The packets that carry one `size`-byte message of `verb` at `mtu`, in the direction its
+/// data flows, each as (header bytes from the BTH on, payload bytes): payloads are padded to
+/// 4 bytes; a WRITE's first packet carries a RETH besides its full MTU of payload (so it
+/// cannot join the GSO run of the rest), a READ response's first and last (or only) packet
+/// an AETH; an atomic is one request with an AtomicETH and no payload.
+pub fn verb_packets(verb: Verb, size: usize, mtu: usize) -> Vec<(usize, usize)> {
     if verb == Verb::Atomic {
-        return vec![ROCE_OVERHEAD + ATOMIC_ETH_BYTES];
+        return vec![(BTH_BYTES + ATOMIC_ETH_BYTES, 0)];
     }
     let size = size.max(1);
     let packets = size.div_ceil(mtu);
@@ -71,8 +76,16 @@ pub fn verb_datagrams(verb: Verb, size: usize, mtu: usize) -> Vec<usize> {
                 Verb::Read if first || last => AETH_BYTES,
                 _ => 0,
             };
-            payload + ROCE_OVERHEAD + extension
+            (BTH_BYTES + extension, payload)
         })
+        .collect()
+}
+
+/// The UDP payload sizes of those packets ([`verb_packets`]), ICRC included.
+pub fn verb_datagrams(verb: Verb, size: usize, mtu: usize) -> Vec<usize> {
+    verb_packets(verb, size, mtu)
+        .into_iter()
+        .map(|(headers, payload)| headers + payload + ICRC_BYTES)
         .collect()
 }
 
@@ -95,6 +108,9 @@ enum Method {
     /// The datagrams of messages of the verb under test, grouped into GSO runs and sendmmsg
     /// calls as softverbs sends them towards loopback.
     VerbDatagrams,
+    /// The same datagrams as RoCE packets from the cheapest sender: laid out as the engine
+    /// sends them, their ICRC computed before every send ([`RocePackets`]).
+    RoceFloor,
 }
 
 impl Method {
@@ -104,11 +120,15 @@ impl Method {
             Method::Sendmmsg => "sendmmsg + recvmmsg",
             Method::Gso => "GSO + GRO",
             Method::VerbDatagrams => "verb datagrams, GSO + GRO",
+            Method::RoceFloor => "verb datagrams as RoCE packets (ICRC each send), GSO + GRO",
         }
     }
 
     fn uses_gso(self) -> bool {
-        matches!(self, Method::Gso | Method::VerbDatagrams)
+        matches!(
+            self,
+            Method::Gso | Method::VerbDatagrams | Method::RoceFloor
+        )
     }
 }
 
@@ -120,9 +140,14 @@ struct Received {
 }
 
 /// What arrived in `SEND_FOR` of sending `datagram`-byte datagrams with `method` (for
-/// `VerbDatagrams`, messages of the `message` datagrams instead); `None` if the kernel lacks
-/// the method.
-fn blast(method: Method, datagram: usize, message: &[usize]) -> io::Result<Option<Received>> {
+/// `VerbDatagrams` and `RoceFloor`, messages of the `packets` instead: header and payload
+/// bytes, see [`verb_packets`]); `None` if the kernel lacks the method.
+fn blast(
+    method: Method,
+    datagram: usize,
+    packets: &[(usize, usize)],
+) -> io::Result<Option<Received>> {
+    let message: Vec<usize> = packets.iter().map(|&(h, p)| h + p + ICRC_BYTES).collect();
     let tx = socket(Ipv4Addr::new(127, 0, 0, 1))?;
     let rx = socket(Ipv4Addr::new(127, 0, 0, 2))?;
     let dst = rx.local_addr()?;
@@ -194,7 +219,7 @@ fn blast(method: Method, datagram: usize, message: &[usize]) -> io::Result<Optio
     let verb_buf = vec![0x5au8; copies * message.iter().sum::<usize>()];
     let mut rest = verb_buf.as_slice();
     let verb_list: Vec<(&[u8], SocketAddr)> = (0..copies)
-        .flat_map(|_| message)
+        .flat_map(|_| &message)
         .map(|&n| {
             let (datagram, tail) = rest.split_at(n);
             rest = tail;
@@ -202,6 +227,13 @@ fn blast(method: Method, datagram: usize, message: &[usize]) -> io::Result<Optio
         })
         .collect();
     let verb_calls = sendmmsg_calls(&verb_list);
+    let mut floor = match method {
+        Method::RoceFloor => {
+            let src = tx.local_addr()?;
+            Some(RocePackets::new(packets, copies, src, dst).ok_or(io::ErrorKind::Unsupported)?)
+        }
+        _ => None,
+    };
     let started = Instant::now();
     let mut error = None;
     while started.elapsed() < SEND_FOR {
@@ -211,6 +243,13 @@ fn blast(method: Method, datagram: usize, message: &[usize]) -> io::Result<Optio
             Method::Gso => tx.send_to(&gso_buf, dst).map(|_| ()),
             Method::VerbDatagrams => verb_calls.iter().try_for_each(|(start, runs)| {
                 batch_sys::send_runs(&tx, &verb_list[*start..], runs).map(|_| ())
+            }),
+            Method::RoceFloor => floor.as_mut().map_or(Ok(()), |floor| {
+                floor.seal(0..floor.len());
+                let pieces = floor.pieces();
+                verb_calls.iter().try_for_each(|(start, runs)| {
+                    batch_sys::send_runs(&tx, &pieces[*start..], runs).map(|_| ())
+                })
             }),
         };
         match r {
@@ -373,6 +412,7 @@ pub fn measure(s: &Settings, size: usize) -> io::Result<Baseline> {
     let datagram = datagram_bytes(size, s.mtu as usize);
     let payload = datagram - ROCE_OVERHEAD;
     let verb = s.test.verb().unwrap_or(Verb::Write);
+    let packets = verb_packets(verb, size, s.mtu as usize);
     let message = verb_datagrams(verb, size, s.mtu as usize);
     let message_wire: usize = message.iter().sum();
     let message_bytes = if verb == Verb::Atomic { 8 } else { size };
@@ -394,12 +434,13 @@ pub fn measure(s: &Settings, size: usize) -> io::Result<Baseline> {
         Method::Sendmmsg,
         Method::Gso,
         Method::VerbDatagrams,
+        Method::RoceFloor,
     ] {
         let name = method.name().replace("verb", &b.verb);
-        match blast(method, datagram, &message)? {
+        match blast(method, datagram, &packets)? {
             Some(r) if r.secs > 0.0 => {
                 // Goodput: the message bytes the datagrams carried.
-                let goodput = if method == Method::VerbDatagrams {
+                let goodput = if matches!(method, Method::VerbDatagrams | Method::RoceFloor) {
                     r.bytes as f64 * message_bytes as f64 / message_wire as f64
                 } else {
                     r.datagrams as f64 * payload as f64
@@ -408,6 +449,8 @@ pub fn measure(s: &Settings, size: usize) -> io::Result<Baseline> {
                 let mpps = r.datagrams as f64 / r.secs / 1e6;
                 if method == Method::VerbDatagrams {
                     b.bw_mbs = mbs;
+                } else if method == Method::RoceFloor {
+                    b.roce_floor_mbs = mbs;
                 } else if mbs > b.uniform_mbs {
                     b.uniform_mbs = mbs;
                     b.uniform_method = name.clone();
@@ -441,6 +484,9 @@ mod tests {
         assert_eq!(write(5000, 4096), vec![4096 + 32, 904 + 16]);
         assert_eq!(write(4099, 4096), vec![4096 + 32, 4 + 16]);
         assert_eq!(write(0, 1024), vec![4 + 32]);
+        // The same packets as (headers, payload): what the RoCE floor lays out.
+        let packets = verb_packets(Verb::Write, 5000, 4096);
+        assert_eq!(packets, vec![(12 + 16, 4096), (12, 904)]);
     }
 
     #[test]
