@@ -8,7 +8,8 @@
 mod segment;
 
 pub use segment::{
-    run, COALESCED_PACKETS_PER_ACK, COALESCE_MIN_TIMEOUT, MAX_PACKETS_PER_ACK, MAX_UNACKED_PSNS,
+    run, COALESCED_PACKETS_PER_ACK, COALESCE_MIN_TIMEOUT, COPY_PAYLOADS_UP_TO, MAX_PACKETS_PER_ACK,
+    MAX_UNACKED_PSNS,
 };
 
 use crate::transport::wqe::{SendWqe, WorkQueue};

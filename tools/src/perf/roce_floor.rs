@@ -1,6 +1,6 @@
 //! The floor under a RoCE sender on this path, for `udp-baseline`: a verb's packets sent
 //! the way the engine's UDP link lays them out (headers from a buffer of their own, a
-//! payload over [`COPIED_UP_TO`] bytes read in place from the message's memory, the ICRC
+//! payload over [`COPY_PAYLOADS_UP_TO`] bytes read in place from the message's memory, the ICRC
 //! behind it), their ICRC computed for every send by the engine's own function, and nothing
 //! else: no queues, window, ACKs or completions. What softverbs costs beyond this is its
 //! own overhead; what this costs beyond raw UDP is the price of RoCE's format here.
@@ -8,15 +8,10 @@
 use std::net::{IpAddr, SocketAddr};
 
 use softverbs_emu::net::batch_sys::{Datagram, PARTS};
+use softverbs_emu::transport::requester::COPY_PAYLOADS_UP_TO;
 use softverbs_emu::wire::{
-    write_icrc, write_icrc_with_payload, IcrcContext, IpHeaderInfo, IPV4_FLAG_DF,
+    write_icrc, write_icrc_with_payload, IcrcContext, IpHeaderInfo, ICRC_LEN, IPV4_FLAG_DF,
 };
-
-/// Payloads up to this many bytes travel inside their packet's buffer, longer ones by
-/// reference: the engine's requester copies the short ones (its `COPY_PAYLOADS_UP_TO`).
-pub const COPIED_UP_TO: usize = 256;
-/// The ICRC trailer.
-const ICRC: usize = 4;
 
 /// Enough copies of one message's packets to fill a send call, ready to have their ICRCs
 /// computed and be sent.
@@ -84,7 +79,7 @@ impl RocePackets {
         let mut layout = Vec::new();
         let mut offset = 0;
         for &(headers, payload) in packets {
-            let range = if payload > COPIED_UP_TO {
+            let range = if payload > COPY_PAYLOADS_UP_TO {
                 offset..offset + payload
             } else {
                 0..0
@@ -94,7 +89,7 @@ impl RocePackets {
         }
         let memory = (0..offset).map(|i| i as u8).collect();
         let buffers = (0..copies)
-            .flat_map(|_| packets.iter().map(|&(h, p)| vec![0x5a; h + p + ICRC]))
+            .flat_map(|_| packets.iter().map(|&(h, p)| vec![0x5a; h + p + ICRC_LEN]))
             .collect();
         let layout = layout
             .iter()

@@ -16,17 +16,14 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 use softverbs_emu::net::batch_sys::{self, RecvSlots};
 use softverbs_emu::net::send_plan;
+use softverbs_emu::wire::{BTH_LEN, ICRC_LEN};
 
 use super::args::{Settings, Verb};
 use super::report::{Baseline, LatResult};
 use super::roce_floor::RocePackets;
 
-/// The BTH every RoCE packet opens with.
-const BTH_BYTES: usize = 12;
-/// The ICRC every RoCE packet ends with.
-const ICRC_BYTES: usize = 4;
 /// BTH + ICRC: what every RoCE packet adds to its payload (extension headers come on top).
-const ROCE_OVERHEAD: usize = BTH_BYTES + ICRC_BYTES;
+const ROCE_OVERHEAD: usize = BTH_LEN + ICRC_LEN;
 /// The RETH a WRITE's first packet carries on top.
 const RETH_BYTES: usize = 16;
 /// The AETH on the first and last READ response packets.
@@ -63,7 +60,7 @@ pub fn datagram_bytes(size: usize, mtu: usize) -> usize {
 /// an AETH; an atomic is one request with an AtomicETH and no payload.
 pub fn verb_packets(verb: Verb, size: usize, mtu: usize) -> Vec<(usize, usize)> {
     if verb == Verb::Atomic {
-        return vec![(BTH_BYTES + ATOMIC_ETH_BYTES, 0)];
+        return vec![(BTH_LEN + ATOMIC_ETH_BYTES, 0)];
     }
     let size = size.max(1);
     let packets = size.div_ceil(mtu);
@@ -76,7 +73,7 @@ pub fn verb_packets(verb: Verb, size: usize, mtu: usize) -> Vec<(usize, usize)> 
                 Verb::Read if first || last => AETH_BYTES,
                 _ => 0,
             };
-            (BTH_BYTES + extension, payload)
+            (BTH_LEN + extension, payload)
         })
         .collect()
 }
@@ -85,7 +82,7 @@ pub fn verb_packets(verb: Verb, size: usize, mtu: usize) -> Vec<(usize, usize)> 
 pub fn verb_datagrams(verb: Verb, size: usize, mtu: usize) -> Vec<usize> {
     verb_packets(verb, size, mtu)
         .into_iter()
-        .map(|(headers, payload)| headers + payload + ICRC_BYTES)
+        .map(|(headers, payload)| headers + payload + ICRC_LEN)
         .collect()
 }
 
@@ -147,7 +144,7 @@ fn blast(
     datagram: usize,
     packets: &[(usize, usize)],
 ) -> io::Result<Option<Received>> {
-    let message: Vec<usize> = packets.iter().map(|&(h, p)| h + p + ICRC_BYTES).collect();
+    let message: Vec<usize> = packets.iter().map(|&(h, p)| h + p + ICRC_LEN).collect();
     let tx = socket(Ipv4Addr::new(127, 0, 0, 1))?;
     let rx = socket(Ipv4Addr::new(127, 0, 0, 2))?;
     let dst = rx.local_addr()?;

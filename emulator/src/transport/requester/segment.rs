@@ -33,8 +33,8 @@ pub const COALESCED_PACKETS_PER_ACK: u32 = 64;
 pub const COALESCE_MIN_TIMEOUT: u8 = 10;
 /// Payloads up to this many bytes are copied into their packet even when the driver could
 /// read them from memory at send time: a second region lookup and two more iovecs cost
-/// more than the copy.
-const COPY_PAYLOADS_UP_TO: usize = 256;
+/// more than the copy. (`softverbs perf`'s RoCE floor lays packets out by the same rule.)
+pub const COPY_PAYLOADS_UP_TO: usize = 256;
 
 /// What stops the requester before the next packet.
 fn blocked(qp: &TransportQp, index: usize, wqe: &SendWqe) -> bool {
