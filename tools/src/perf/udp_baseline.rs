@@ -433,6 +433,11 @@ pub fn measure(s: &Settings, size: usize) -> io::Result<Baseline> {
         Method::VerbDatagrams,
         Method::RoceFloor,
     ] {
+        // The floor is read against a bandwidth test (or alone): a latency test's rounds
+        // are not made longer by it.
+        if method == Method::RoceFloor && s.test.is_latency() {
+            continue;
+        }
         let name = method.name().replace("verb", &b.verb);
         match blast(method, datagram, &packets)? {
             Some(r) if r.secs > 0.0 => {
