@@ -50,6 +50,17 @@ pub trait Datagram {
 /// Most pieces of one datagram ([`Datagram::parts`]).
 pub const PARTS: usize = 3;
 
+/// The [`Datagram::parts`] of a datagram whose bytes from `at` on are `middle` (a payload
+/// sent from another buffer) whatever `bytes` holds there; `bytes` whole if `middle` is
+/// empty.
+#[inline]
+pub fn parts_around<'a>(bytes: &'a [u8], at: usize, middle: &'a [u8]) -> [&'a [u8]; PARTS] {
+    if middle.is_empty() {
+        return [bytes, &[], &[]];
+    }
+    [&bytes[..at], middle, &bytes[at + middle.len()..]]
+}
+
 impl Datagram for (&[u8], SocketAddr) {
     fn bytes(&self) -> &[u8] {
         self.0
@@ -627,8 +638,7 @@ mod tests {
             self.dst
         }
         fn parts(&self) -> [&[u8]; PARTS] {
-            let end = self.at + self.middle.len();
-            [&self.whole[..self.at], self.middle, &self.whole[end..]]
+            parts_around(&self.whole, self.at, self.middle)
         }
     }
 

@@ -273,12 +273,8 @@ impl Datagram for FromMemory<'_> {
     fn parts(&self) -> [&[u8]; batched_io::PARTS] {
         let bytes = &self.packet.bytes[..];
         match self.packet.payload {
-            Some(r) if !self.payload.is_empty() => [
-                &bytes[..r.at],
-                self.payload,
-                &bytes[r.at + self.payload.len()..],
-            ],
-            _ => [bytes, &[], &[]],
+            Some(r) => batched_io::parts_around(bytes, r.at, self.payload),
+            None => [bytes, &[], &[]],
         }
     }
 }

@@ -222,7 +222,8 @@ pub fn print_client(s: &Settings, link: &str, client: &ClientReport) {
                 b.half_rtt_spin_us,
                 b.half_rtt_spin_t99_us
             );
-            if let Some(Row::Bw(r)) = rows.get(i).filter(|_| b.roce_floor_mbs > 0.0) {
+            let floor_measured = b.roce_floor_mbs > 0.0 && b.bw_mbs > 0.0;
+            if let Some(Row::Bw(r)) = rows.get(i).filter(|_| floor_measured) {
                 println!(
                     "    the same datagrams as RoCE packets from the cheapest sender (laid out as softverbs sends them, ICRC computed before every send, nothing else): {:.2} MB/s, {:.1}% of raw UDP; the test is {:.1}% of it",
                     b.roce_floor_mbs,

@@ -7,7 +7,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use softverbs_emu::net::batch_sys::{Datagram, PARTS};
+use softverbs_emu::net::batch_sys::{parts_around, Datagram, PARTS};
 use softverbs_emu::transport::requester::COPY_PAYLOADS_UP_TO;
 use softverbs_emu::wire::{
     write_icrc, write_icrc_with_payload, IcrcContext, IpHeaderInfo, ICRC_LEN, IPV4_FLAG_DF,
@@ -45,11 +45,7 @@ impl Datagram for Piece<'_> {
         self.dst
     }
     fn parts(&self) -> [&[u8]; PARTS] {
-        if self.payload.is_empty() {
-            return [self.buffer, &[], &[]];
-        }
-        let end = self.at + self.payload.len();
-        [&self.buffer[..self.at], self.payload, &self.buffer[end..]]
+        parts_around(self.buffer, self.at, self.payload)
     }
 }
 

@@ -78,12 +78,9 @@ pub fn verb_packets(verb: Verb, size: usize, mtu: usize) -> Vec<(usize, usize)> 
         .collect()
 }
 
-/// The UDP payload sizes of those packets ([`verb_packets`]), ICRC included.
-pub fn verb_datagrams(verb: Verb, size: usize, mtu: usize) -> Vec<usize> {
-    verb_packets(verb, size, mtu)
-        .into_iter()
-        .map(|(headers, payload)| headers + payload + ICRC_LEN)
-        .collect()
+/// The UDP payload size of each (headers, payload) packet: ICRC included.
+fn datagram_sizes(packets: &[(usize, usize)]) -> Vec<usize> {
+    packets.iter().map(|&(h, p)| h + p + ICRC_LEN).collect()
 }
 
 /// How `list` leaves as sendmmsg calls, each (index of its first datagram, its runs as
@@ -144,7 +141,7 @@ fn blast(
     datagram: usize,
     packets: &[(usize, usize)],
 ) -> io::Result<Option<Received>> {
-    let message: Vec<usize> = packets.iter().map(|&(h, p)| h + p + ICRC_LEN).collect();
+    let message = datagram_sizes(packets);
     let tx = socket(Ipv4Addr::new(127, 0, 0, 1))?;
     let rx = socket(Ipv4Addr::new(127, 0, 0, 2))?;
     let dst = rx.local_addr()?;
@@ -410,7 +407,7 @@ pub fn measure(s: &Settings, size: usize) -> io::Result<Baseline> {
     let payload = datagram - ROCE_OVERHEAD;
     let verb = s.test.verb().unwrap_or(Verb::Write);
     let packets = verb_packets(verb, size, s.mtu as usize);
-    let message = verb_datagrams(verb, size, s.mtu as usize);
+    let message = datagram_sizes(&packets);
     let message_wire: usize = message.iter().sum();
     let message_bytes = if verb == Verb::Atomic { 8 } else { size };
     let mut b = Baseline {
@@ -473,6 +470,11 @@ pub fn measure(s: &Settings, size: usize) -> io::Result<Baseline> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The UDP payload sizes of the packets of one message ([`verb_packets`]).
+    fn verb_datagrams(verb: Verb, size: usize, mtu: usize) -> Vec<usize> {
+        datagram_sizes(&verb_packets(verb, size, mtu))
+    }
 
     #[test]
     fn a_write_puts_its_reth_on_the_first_packet_and_pads_the_last() {
