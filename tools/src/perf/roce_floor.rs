@@ -102,15 +102,13 @@ impl RocePackets {
         })
     }
 
-    /// Computes the ICRC of packets `range` (as the sender must before every send of them).
-    pub fn seal(&mut self, range: std::ops::Range<usize>) {
-        for i in range {
-            let (at, ref payload) = self.layout[i];
-            let buffer = &mut self.buffers[i];
+    /// Computes every packet's ICRC (as the sender must before every send of them).
+    pub fn seal(&mut self) {
+        for (buffer, (at, payload)) in self.buffers.iter_mut().zip(&self.layout) {
             if payload.is_empty() {
                 write_icrc(&self.ctx, buffer);
             } else {
-                write_icrc_with_payload(&self.ctx, buffer, at, &self.memory[payload.clone()]);
+                write_icrc_with_payload(&self.ctx, buffer, *at, &self.memory[payload.clone()]);
             }
         }
     }
@@ -128,11 +126,6 @@ impl RocePackets {
             })
             .collect()
     }
-
-    /// How many packets there are.
-    pub fn len(&self) -> usize {
-        self.buffers.len()
-    }
 }
 
 #[cfg(test)]
@@ -146,8 +139,8 @@ mod tests {
         let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
         // A 4196-byte WRITE at MTU 4096: the RETH packet by reference, a short tail copied.
         let mut p = RocePackets::new(&[(28, 4096), (12, 100)], 2, src, dst).unwrap();
-        assert_eq!(p.len(), 4);
-        p.seal(0..p.len());
+        p.seal();
+        assert_eq!(p.pieces().len(), 4);
         let ctx = p.ctx;
         for piece in p.pieces() {
             let wire: Vec<u8> = piece.parts().concat();

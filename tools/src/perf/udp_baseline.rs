@@ -239,7 +239,7 @@ fn blast(
                 batch_sys::send_runs(&tx, &verb_list[*start..], runs).map(|_| ())
             }),
             Method::RoceFloor => floor.as_mut().map_or(Ok(()), |floor| {
-                floor.seal(0..floor.len());
+                floor.seal();
                 let pieces = floor.pieces();
                 verb_calls.iter().try_for_each(|(start, runs)| {
                     batch_sys::send_runs(&tx, &pieces[*start..], runs).map(|_| ())
