@@ -29,6 +29,9 @@ CARGO_PROFILE_RELEASE_LTO=false \
     cargo +nightly fuzz build -O -a --target-dir "$target_dir" >/tmp/softverbs-fuzz-build.log 2>&1 ||
     { tail -n 30 /tmp/softverbs-fuzz-build.log; echo "fuzz: build failed" >&2; exit 1; }
 echo "fuzz: built in $(( $(date +%s) - start )) s"
+# The targets read the captures at run time (rc_pair's templates). A cached build may come
+# from another clone, whose compile-time path to them can be gone: name this clone's.
+export SOFTVERBS_CONFORMANCE_DIR="${SOFTVERBS_CONFORMANCE_DIR:-$PWD/conformance}"
 corpus=$(mktemp -d)
 trap 'rm -rf "$corpus"' EXIT
 cargo run -q -p softverbs-fuzz --bin fuzz-seeds -- "$corpus"
