@@ -42,6 +42,8 @@ for target in parse roundtrip device_rx rc_pair; do
     if ! "$bin/$target" "$corpus/$target" -max_total_time="$seconds" -rss_limit_mb=1024 \
         -artifact_prefix="fuzz/artifacts/$target/" >"$log" 2>&1; then
         tail -n 40 "$log"
+        # A Rust panic's message sits above its (long) stack trace: say it last.
+        grep -m 1 -A 1 "panicked at" "$log" || true
         echo "fuzz: $target FAILED (input in fuzz/artifacts/$target/)" >&2
         exit 1
     fi
