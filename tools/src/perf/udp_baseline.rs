@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 use softverbs_emu::net::batch_sys::{self, RecvSlots};
 use softverbs_emu::net::send_plan;
-use softverbs_emu::wire::{BTH_LEN, ICRC_LEN};
+use softverbs_emu::wire::{AETH_LEN, ATOMIC_ETH_LEN, BTH_LEN, ICRC_LEN, RETH_LEN};
 
 use super::args::{Settings, Verb};
 use super::report::{Baseline, LatResult};
@@ -24,12 +24,6 @@ use super::roce_floor::RocePackets;
 
 /// BTH + ICRC: what every RoCE packet adds to its payload (extension headers come on top).
 const ROCE_OVERHEAD: usize = BTH_LEN + ICRC_LEN;
-/// The RETH a WRITE's first packet carries on top.
-const RETH_BYTES: usize = 16;
-/// The AETH on the first and last READ response packets.
-const AETH_BYTES: usize = 4;
-/// The AtomicETH of an atomic request (which carries no payload).
-const ATOMIC_ETH_BYTES: usize = 28;
 /// How long each bandwidth method sends.
 const SEND_FOR: Duration = Duration::from_millis(500);
 /// Datagrams per sendmmsg call.
@@ -60,7 +54,7 @@ pub fn datagram_bytes(size: usize, mtu: usize) -> usize {
 /// an AETH; an atomic is one request with an AtomicETH and no payload.
 pub fn verb_packets(verb: Verb, size: usize, mtu: usize) -> Vec<(usize, usize)> {
     if verb == Verb::Atomic {
-        return vec![(BTH_LEN + ATOMIC_ETH_BYTES, 0)];
+        return vec![(BTH_LEN + ATOMIC_ETH_LEN, 0)];
     }
     let size = size.max(1);
     let packets = size.div_ceil(mtu);
@@ -69,8 +63,8 @@ pub fn verb_packets(verb: Verb, size: usize, mtu: usize) -> Vec<(usize, usize)> 
             let payload = (size - k * mtu).min(mtu).next_multiple_of(4);
             let (first, last) = (k == 0, k + 1 == packets);
             let extension = match verb {
-                Verb::Write if first => RETH_BYTES,
-                Verb::Read if first || last => AETH_BYTES,
+                Verb::Write if first => RETH_LEN,
+                Verb::Read if first || last => AETH_LEN,
                 _ => 0,
             };
             (BTH_LEN + extension, payload)
