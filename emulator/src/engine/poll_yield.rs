@@ -70,13 +70,22 @@ const QUIET_AFTER: u32 = 32;
 /// do not both move, to the same other CPU, at the same moment.
 const MOVE_AFTER: u32 = 4;
 /// Least time between two looks at the system's load (a read of /proc/loadavg) by one
-/// thread: with a competitor on every CPU the yields keep switching, and the look answers
-/// "stay" each time.
+/// thread, once its looks have backed off: with a competitor on every CPU the yields keep
+/// switching, and the look answers "stay" each time.
 const MOVE_CHECK_EVERY: Duration = Duration::from_millis(20);
 /// The next look after one whose reads disagreed (a thread ran or blocked for a moment
 /// between them) is due sooner: on a quiet machine, two polling threads sharing a CPU
 /// otherwise stayed so for 20-35 ms (1,000 round trips at twice their time) after a look
 /// that an engine thread's wake-up made say "busy".
+///
+/// It is also the first of a sharing spell's intervals between looks whose reads agreed,
+/// which double up to [`MOVE_CHECK_EVERY`]: a look at a ping-pong's start can find the
+/// engine threads still spinning after the setup's datagrams, all three reads over the
+/// CPUs ("busy"), and its two pollers then shared one CPU for the next 20 ms while the
+/// other idled (one of six quiet `send_lat --rounds 5` runs, the looks logged); two
+/// threads that both moved to the same CPU did the same (a scheduler trace). Now such a
+/// spell ends after 2 ms. A real competitor costs a few more looks at the start of each
+/// spell (2, 4, 8, 16 ms), then one in 20 ms.
 const MOVE_RECHECK_AFTER: Duration = Duration::from_millis(2);
 /// A sharing thread checks one yield in this many for having run another thread (a quiet
 /// one checks each of its rare probes): two system calls each.
@@ -116,6 +125,9 @@ struct YieldState {
     last_move_check: Option<Instant>,
     /// How long after that the next look is due.
     look_again_after: Duration,
+    /// The interval after the next look whose reads agree: [`MOVE_RECHECK_AFTER`] at the
+    /// start of a sharing spell, doubled by each such look up to [`MOVE_CHECK_EVERY`].
+    steady_look_interval: Duration,
     /// The last look found the machine crowded (one more in a row starts the waits).
     crowded_at_last_look: bool,
 }
@@ -135,6 +147,7 @@ impl YieldState {
             move_after: MOVE_AFTER + spread % MOVE_AFTER,
             last_move_check: None,
             look_again_after: MOVE_CHECK_EVERY,
+            steady_look_interval: MOVE_RECHECK_AFTER,
             crowded_at_last_look: false,
         }
     }
@@ -214,6 +227,7 @@ impl YieldState {
             self.quick_yields = self.quick_yields.saturating_add(1);
             if self.quick_yields >= QUIET_AFTER {
                 self.sharing = false;
+                self.steady_look_interval = MOVE_RECHECK_AFTER;
             }
             return false;
         }
@@ -227,7 +241,8 @@ impl YieldState {
         true
     }
 
-    /// Whether a look at the load is due at `now` (at most one in [`MOVE_CHECK_EVERY`]).
+    /// Whether a look at the load is due at `now` (one in [`MOVE_CHECK_EVERY`] once the
+    /// intervals have backed off).
     fn look_due(&mut self, now: Instant) -> bool {
         if self
             .last_move_check
@@ -240,10 +255,13 @@ impl YieldState {
     }
 
     /// A look at the load was made; `steady` if its reads agreed. The next one is due
-    /// after [`MOVE_CHECK_EVERY`], or after [`MOVE_RECHECK_AFTER`] when they did not.
+    /// after [`MOVE_RECHECK_AFTER`] when they did not, else after the spell's next
+    /// interval (2, 4, 8, 16, then 20 ms: see [`MOVE_RECHECK_AFTER`]).
     fn looked(&mut self, steady: bool) {
         self.look_again_after = if steady {
-            MOVE_CHECK_EVERY
+            let interval = self.steady_look_interval;
+            self.steady_look_interval = (interval * 2).min(MOVE_CHECK_EVERY);
+            interval
         } else {
             MOVE_RECHECK_AFTER
         };
@@ -639,11 +657,12 @@ mod tests {
             assert!(!s.yielded(true));
         }
         assert!(s.yielded(true));
-        // Looks are rationed: one within MOVE_CHECK_EVERY of the last is not due.
+        // Looks are rationed: none before the interval the last one set.
         let start = Instant::now();
         assert!(s.look_due(start));
-        assert!(!s.look_due(start + MOVE_CHECK_EVERY / 2));
-        assert!(s.look_due(start + MOVE_CHECK_EVERY));
+        s.looked(true);
+        assert!(!s.look_due(start + MOVE_RECHECK_AFTER / 2));
+        assert!(s.look_due(start + MOVE_RECHECK_AFTER));
     }
 
     #[test]
@@ -656,11 +675,41 @@ mod tests {
         assert!(!s.look_due(start + MOVE_RECHECK_AFTER / 2));
         let again = start + MOVE_RECHECK_AFTER;
         assert!(s.look_due(again));
-        // They agreed: the next look waits the full interval.
+        // They agreed: the next look waits the spell's interval, here its first.
         s.looked(true);
-        assert!(!s.look_due(again + MOVE_RECHECK_AFTER));
-        assert!(!s.look_due(again + MOVE_CHECK_EVERY / 2));
-        assert!(s.look_due(again + MOVE_CHECK_EVERY));
+        assert!(!s.look_due(again + MOVE_RECHECK_AFTER / 2));
+        assert!(s.look_due(again + MOVE_RECHECK_AFTER));
+    }
+
+    #[test]
+    fn steady_looks_back_off_from_2_to_20_ms_and_start_short_again_in_the_next_spell() {
+        let mut s = YieldState::new(0);
+        let mut at = Instant::now();
+        let mut intervals = Vec::new();
+        for _ in 0..7 {
+            assert!(s.look_due(at));
+            s.looked(true);
+            let interval = s.look_again_after;
+            assert!(!s.look_due(at + interval - Duration::from_micros(1)));
+            intervals.push(interval.as_millis());
+            at += interval;
+        }
+        assert_eq!(intervals, [2, 4, 8, 16, 20, 20, 20]);
+        // A disagreeing look is followed soon, without resetting the back-off.
+        assert!(s.look_due(at));
+        s.looked(false);
+        assert_eq!(s.look_again_after, MOVE_RECHECK_AFTER);
+        s.looked(true);
+        assert_eq!(s.look_again_after, MOVE_CHECK_EVERY);
+        // The thread stops sharing (its yields find nobody to run): the next spell's first
+        // steady look is followed after 2 ms again.
+        for _ in 0..QUIET_AFTER {
+            s.yielded(false);
+        }
+        assert!(!s.sharing);
+        s.yielded(true);
+        s.looked(true);
+        assert_eq!(s.look_again_after, MOVE_RECHECK_AFTER);
     }
 
     #[test]
